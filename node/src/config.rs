@@ -1,0 +1,347 @@
+//! Node configuration: a TOML file, then `OCELLI_*` environment overrides.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything a node needs to start. Paths are relative to the config file's
+/// directory unless absolute.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's party id, 0, 1 or 2.
+    pub party_id: u8,
+    /// Directory of the redb store.
+    pub data_dir: PathBuf,
+    /// Listen addresses.
+    pub listen: ListenConfig,
+    /// TLS material.
+    pub tls: TlsConfig,
+    /// Identity keys and the orb allow-list.
+    pub keys: KeysConfig,
+    /// The two other parties.
+    pub peers: Vec<PeerConfig>,
+    /// Envelope intake limits.
+    #[serde(default)]
+    pub intake: IntakeConfig,
+    /// Batch formation.
+    #[serde(default)]
+    pub batch: BatchConfig,
+}
+
+/// Listen addresses.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenConfig {
+    /// Orb-facing gRPC over TLS.
+    pub orb: SocketAddr,
+    /// Node-to-node gRPC over mutual TLS.
+    pub peer: SocketAddr,
+    /// Plain HTTP: `/metrics`, `/healthz`, `/readyz`.
+    pub metrics: SocketAddr,
+}
+
+/// TLS material (PEM files).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The deployment CA certificate.
+    pub ca: PathBuf,
+    /// This node's certificate.
+    pub cert: PathBuf,
+    /// This node's TLS private key.
+    pub key: PathBuf,
+}
+
+/// Identity keys.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeysConfig {
+    /// X25519 HPKE secret key (hex).
+    pub hpke_secret: PathBuf,
+    /// Ed25519 result-signing key (hex).
+    pub result_signing: PathBuf,
+    /// File with one allowed orb Ed25519 verifying key (hex) per line.
+    pub orb_allow_list: PathBuf,
+}
+
+/// One of the other two parties.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    /// Its party id.
+    pub party_id: u8,
+    /// Its node-to-node address.
+    pub address: SocketAddr,
+    /// The only certificate accepted from it (PEM).
+    pub cert: PathBuf,
+}
+
+/// Envelope intake limits.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntakeConfig {
+    /// Oldest accepted capture time, seconds before now.
+    pub freshness_window_s: u64,
+    /// Largest accepted clock skew into the future, seconds.
+    pub max_future_skew_s: u64,
+    /// Largest accepted envelope, bytes.
+    pub max_envelope_bytes: usize,
+    /// Concurrent intake requests.
+    pub max_concurrent: usize,
+}
+
+impl Default for IntakeConfig {
+    fn default() -> Self {
+        Self {
+            freshness_window_s: 300,
+            max_future_skew_s: 30,
+            max_envelope_bytes: 256 * 1024,
+            max_concurrent: 64,
+        }
+    }
+}
+
+/// Batch formation.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchConfig {
+    /// Most requests in one batch.
+    pub max_size: usize,
+    /// Pause between batch rounds when the queue is short, milliseconds.
+    pub interval_ms: u64,
+    /// A request not held by all three nodes after this long times out.
+    pub request_timeout_ms: u64,
+    /// Deadline of one node-to-node call, milliseconds.
+    pub peer_rpc_timeout_ms: u64,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_size: 64,
+            interval_ms: 200,
+            request_timeout_ms: 30_000,
+            peer_rpc_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl BatchConfig {
+    /// `interval_ms` as a duration.
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms)
+    }
+    /// `request_timeout_ms` as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+    /// `peer_rpc_timeout_ms` as a duration.
+    pub fn peer_rpc_timeout(&self) -> Duration {
+        Duration::from_millis(self.peer_rpc_timeout_ms)
+    }
+}
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML did not parse.
+    #[error("invalid config {path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: Box<toml::de::Error>,
+    },
+    /// An environment override did not parse.
+    #[error("invalid value for {var}: {value:?}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The values are inconsistent.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+impl NodeConfig {
+    /// Reads `path`, applies `OCELLI_*` overrides from the process
+    /// environment, resolves relative paths and validates.
+    ///
+    /// # Errors
+    /// Unreadable file, bad TOML, bad override, inconsistent values.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut cfg = Self::from_toml(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
+        cfg.apply_env(|k| std::env::var(k).ok())?;
+        if let Some(dir) = path.parent() {
+            cfg.resolve_paths(dir);
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Parses TOML text (no overrides, no path resolution).
+    ///
+    /// # Errors
+    /// Bad TOML or unknown keys.
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// Applies overrides; `get` reads one variable.
+    ///
+    /// # Errors
+    /// A variable whose value does not parse.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        fn parse<T: std::str::FromStr>(var: &'static str, v: String) -> Result<T, ConfigError> {
+            v.parse().map_err(|_| ConfigError::Env { var, value: v })
+        }
+        macro_rules! over {
+            ($var:literal, $field:expr) => {
+                if let Some(v) = get($var) {
+                    $field = parse($var, v)?;
+                }
+            };
+        }
+        over!("OCELLI_PARTY_ID", self.party_id);
+        over!("OCELLI_DATA_DIR", self.data_dir);
+        over!("OCELLI_LISTEN_ORB", self.listen.orb);
+        over!("OCELLI_LISTEN_PEER", self.listen.peer);
+        over!("OCELLI_LISTEN_METRICS", self.listen.metrics);
+        over!(
+            "OCELLI_INTAKE_FRESHNESS_WINDOW_S",
+            self.intake.freshness_window_s
+        );
+        over!(
+            "OCELLI_INTAKE_MAX_FUTURE_SKEW_S",
+            self.intake.max_future_skew_s
+        );
+        over!(
+            "OCELLI_INTAKE_MAX_ENVELOPE_BYTES",
+            self.intake.max_envelope_bytes
+        );
+        over!("OCELLI_BATCH_MAX_SIZE", self.batch.max_size);
+        over!("OCELLI_BATCH_INTERVAL_MS", self.batch.interval_ms);
+        over!(
+            "OCELLI_BATCH_REQUEST_TIMEOUT_MS",
+            self.batch.request_timeout_ms
+        );
+        Ok(())
+    }
+
+    /// Makes relative paths relative to `dir`.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        fix(&mut self.data_dir);
+        fix(&mut self.tls.ca);
+        fix(&mut self.tls.cert);
+        fix(&mut self.tls.key);
+        fix(&mut self.keys.hpke_secret);
+        fix(&mut self.keys.result_signing);
+        fix(&mut self.keys.orb_allow_list);
+        for p in &mut self.peers {
+            fix(&mut p.cert);
+        }
+    }
+
+    /// Checks party ids and limits.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the problem.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.party_id > 2 {
+            return bad("party_id must be 0, 1 or 2");
+        }
+        let mut ids: Vec<u8> = self.peers.iter().map(|p| p.party_id).collect();
+        ids.sort_unstable();
+        let mut want: Vec<u8> = (0..3).filter(|&i| i != self.party_id).collect();
+        want.sort_unstable();
+        if ids != want {
+            return bad("peers must list exactly the two other party ids");
+        }
+        if self.batch.max_size == 0 {
+            return bad("batch.max_size must be at least 1");
+        }
+        if self.intake.max_envelope_bytes < 1024 {
+            return bad("intake.max_envelope_bytes is too small");
+        }
+        if self.intake.max_concurrent == 0 {
+            return bad("intake.max_concurrent must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The peer entry for `party_id`.
+    pub fn peer(&self, party_id: u8) -> Option<&PeerConfig> {
+        self.peers.iter().find(|p| p.party_id == party_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"
+party_id = 1
+data_dir = "data"
+[listen]
+orb = "127.0.0.1:1"
+peer = "127.0.0.1:2"
+metrics = "127.0.0.1:3"
+[tls]
+ca = "ca.pem"
+cert = "c.pem"
+key = "k.pem"
+[keys]
+hpke_secret = "h"
+result_signing = "r"
+orb_allow_list = "o"
+[[peers]]
+party_id = 0
+address = "127.0.0.1:4"
+cert = "p0.pem"
+[[peers]]
+party_id = 2
+address = "127.0.0.1:5"
+cert = "p2.pem"
+"#;
+
+    #[test]
+    fn parses_overrides_and_validates() -> Result<(), Box<dyn std::error::Error>> {
+        let mut c = NodeConfig::from_toml(SAMPLE)?;
+        c.apply_env(|k| (k == "OCELLI_BATCH_MAX_SIZE").then(|| "7".to_owned()))?;
+        assert_eq!(c.batch.max_size, 7);
+        c.resolve_paths(Path::new("/etc/ocelli"));
+        assert_eq!(c.tls.ca, Path::new("/etc/ocelli/ca.pem"));
+        c.validate()?;
+        let e = c.apply_env(|k| (k == "OCELLI_PARTY_ID").then(|| "x".to_owned()));
+        assert!(matches!(e, Err(ConfigError::Env { .. })));
+        c.party_id = 0;
+        assert!(c.validate().is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,422 @@
+//! Key material: `keygen` for a local three-node deployment, and loading of
+//! the files it writes.
+//!
+//! Layout written by [`keygen`] under its output directory:
+//!
+//! | file | content | mode |
+//! | --- | --- | --- |
+//! | `ca.pem`, `ca.key.pem` | deployment CA certificate / key | 0644 / 0600 |
+//! | `partyN/tls.pem`, `partyN/tls.key.pem` | node TLS certificate / key | 0644 / 0600 |
+//! | `partyN/hpke.key`, `partyN/hpke.pub` | X25519 HPKE secret / public key, hex | 0600 / 0644 |
+//! | `partyN/result-signing.key`, `partyN/result-verifying.pub` | Ed25519 result key, hex | 0600 / 0644 |
+//! | `orb/orb-signing.key`, `orb/orb-verifying.pub` | an orb device key, hex | 0600 / 0644 |
+//! | `orb-allow-list.txt` | allowed orb keys, one hex key per line | 0644 |
+//! | `node-public-keys.bin` | the three X25519 public keys, 96 bytes, party order | 0644 |
+//! | `public-bundle.toml` | the same, plus the result verifying keys, hex | 0644 |
+//! | `partyN.toml` | a node config for 127.0.0.1 | 0644 |
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rand_core::OsRng;
+use zeroize::Zeroizing;
+
+/// Errors while generating or loading keys.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A key file does not hold what it should (the message never contains key bytes).
+    #[error("{path}: {what}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// Certificate generation failed.
+    #[error("certificate generation: {0}")]
+    Cert(#[from] rcgen::Error),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KeyError + '_ {
+    move |source| KeyError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Options of [`keygen`].
+#[derive(Clone, Debug)]
+pub struct KeygenOptions {
+    /// Output directory (created).
+    pub out_dir: PathBuf,
+    /// Subject alternative names of the node certificates.
+    pub hosts: Vec<String>,
+    /// First orb port; party N listens on `orb_port + N`, peers on
+    /// `orb_port + 10 + N`, metrics on `orb_port + 20 + N`.
+    pub base_port: u16,
+    /// Replace existing files.
+    pub force: bool,
+}
+
+impl KeygenOptions {
+    /// Defaults for a local deployment in `out_dir`.
+    pub fn local(out_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            out_dir: out_dir.into(),
+            hosts: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+            base_port: 50050,
+            force: false,
+        }
+    }
+}
+
+/// Paths of what [`keygen`] wrote.
+#[derive(Clone, Debug)]
+pub struct KeygenOutput {
+    /// The output directory.
+    pub dir: PathBuf,
+}
+
+impl KeygenOutput {
+    /// `ca.pem`.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+    /// `partyN/<name>`.
+    pub fn party_file(&self, party: u8, name: &str) -> PathBuf {
+        self.dir.join(format!("party{party}")).join(name)
+    }
+    /// `partyN.toml`.
+    pub fn config(&self, party: u8) -> PathBuf {
+        self.dir.join(format!("party{party}.toml"))
+    }
+    /// `orb/orb-signing.key`.
+    pub fn orb_signing_key(&self) -> PathBuf {
+        self.dir.join("orb").join("orb-signing.key")
+    }
+    /// `node-public-keys.bin`.
+    pub fn public_keys(&self) -> PathBuf {
+        self.dir.join("node-public-keys.bin")
+    }
+}
+
+/// Writes `data` to `path`; private files get mode 0600 from creation on.
+fn write_file(path: &Path, data: &[u8], private: bool, force: bool) -> Result<(), KeyError> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+    }
+    let mut opts = OpenOptions::new();
+    opts.write(true);
+    if force {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    opts.mode(if private { 0o600 } else { 0o644 });
+    let mut f = opts.open(path).map_err(io_err(path))?;
+    f.write_all(data).map_err(io_err(path))?;
+    f.sync_all().map_err(io_err(path))
+}
+
+fn hex_line(bytes: &[u8]) -> Zeroizing<String> {
+    let mut s = Zeroizing::new(hex::encode(bytes));
+    s.push('\n');
+    s
+}
+
+/// Creates a CA, TLS certificates and identity keys for parties 0, 1, 2, an
+/// orb key, the public bundle and three configs.
+///
+/// # Errors
+/// A file exists (without `force`), cannot be written, or rcgen fails.
+pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let out = KeygenOutput {
+        dir: opts.out_dir.clone(),
+    };
+    let force = opts.force;
+
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "ocelli deployment CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    write_file(&out.ca_cert(), ca_cert.pem().as_bytes(), false, force)?;
+    let ca_key_pem = Zeroizing::new(ca_key.serialize_pem());
+    write_file(
+        &opts.out_dir.join("ca.key.pem"),
+        ca_key_pem.as_bytes(),
+        true,
+        force,
+    )?;
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let mut hpke_pubs = Vec::with_capacity(96);
+    let mut bundle = String::from("# ocelli public key bundle (hex)\n");
+    for party in 0u8..3 {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(opts.hosts.clone())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("ocelli party {party}"));
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &issuer)?;
+        write_file(
+            &out.party_file(party, "tls.pem"),
+            cert.pem().as_bytes(),
+            false,
+            force,
+        )?;
+        let key_pem = Zeroizing::new(key.serialize_pem());
+        write_file(
+            &out.party_file(party, "tls.key.pem"),
+            key_pem.as_bytes(),
+            true,
+            force,
+        )?;
+
+        let hpke = x25519_dalek::StaticSecret::random_from_rng(OsRng);
+        let hpke_pub = x25519_dalek::PublicKey::from(&hpke);
+        write_file(
+            &out.party_file(party, "hpke.key"),
+            hex_line(hpke.as_bytes()).as_bytes(),
+            true,
+            force,
+        )?;
+        write_file(
+            &out.party_file(party, "hpke.pub"),
+            hex_line(hpke_pub.as_bytes()).as_bytes(),
+            false,
+            force,
+        )?;
+        hpke_pubs.extend_from_slice(hpke_pub.as_bytes());
+
+        let sign = ed25519_dalek::SigningKey::generate(&mut OsRng);
+        write_file(
+            &out.party_file(party, "result-signing.key"),
+            hex_line(sign.as_bytes()).as_bytes(),
+            true,
+            force,
+        )?;
+        let verify = sign.verifying_key();
+        write_file(
+            &out.party_file(party, "result-verifying.pub"),
+            hex_line(verify.as_bytes()).as_bytes(),
+            false,
+            force,
+        )?;
+        bundle.push_str(&format!(
+            "[party{party}]\nhpke_public = \"{}\"\nresult_verifying = \"{}\"\n",
+            hex::encode(hpke_pub.as_bytes()),
+            hex::encode(verify.as_bytes())
+        ));
+    }
+    write_file(&out.public_keys(), &hpke_pubs, false, force)?;
+    write_file(
+        &opts.out_dir.join("public-bundle.toml"),
+        bundle.as_bytes(),
+        false,
+        force,
+    )?;
+
+    let orb = ed25519_dalek::SigningKey::generate(&mut OsRng);
+    write_file(
+        &out.orb_signing_key(),
+        hex_line(orb.as_bytes()).as_bytes(),
+        true,
+        force,
+    )?;
+    let orb_pub = hex_line(orb.verifying_key().as_bytes());
+    write_file(
+        &opts.out_dir.join("orb").join("orb-verifying.pub"),
+        orb_pub.as_bytes(),
+        false,
+        force,
+    )?;
+    write_file(
+        &opts.out_dir.join("orb-allow-list.txt"),
+        format!(
+            "# allowed orb verifying keys, hex, one per line\n{}",
+            &*orb_pub
+        )
+        .as_bytes(),
+        false,
+        force,
+    )?;
+
+    for party in 0u8..3 {
+        write_file(
+            &out.config(party),
+            sample_config(party, opts.base_port).as_bytes(),
+            false,
+            force,
+        )?;
+    }
+    Ok(out)
+}
+
+/// A node config for party `party` on 127.0.0.1, paths relative to the key directory.
+pub fn sample_config(party: u8, base: u16) -> String {
+    let port = |off: u16, p: u8| base.saturating_add(off).saturating_add(u16::from(p));
+    let mut s = format!(
+        "party_id = {party}\ndata_dir = \"data/party{party}\"\n\n\
+         [listen]\norb = \"127.0.0.1:{}\"\npeer = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:{}\"\n\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"party{party}/tls.pem\"\nkey = \"party{party}/tls.key.pem\"\n\n\
+         [keys]\nhpke_secret = \"party{party}/hpke.key\"\n\
+         result_signing = \"party{party}/result-signing.key\"\norb_allow_list = \"orb-allow-list.txt\"\n",
+        port(0, party),
+        port(10, party),
+        port(20, party)
+    );
+    for peer in (0u8..3).filter(|&p| p != party) {
+        s.push_str(&format!(
+            "\n[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"party{peer}/tls.pem\"\n",
+            port(10, peer)
+        ));
+    }
+    s.push_str(
+        "\n[intake]\nfreshness_window_s = 300\nmax_future_skew_s = 30\n\n\
+         [batch]\nmax_size = 64\ninterval_ms = 200\nrequest_timeout_ms = 30000\n",
+    );
+    s
+}
+
+/// Reads a hex file holding exactly 32 bytes (a secret: zeroized after use).
+///
+/// # Errors
+/// Unreadable file or not 32 hex-encoded bytes.
+pub fn read_key32(path: &Path) -> Result<Zeroizing<[u8; 32]>, KeyError> {
+    let text = Zeroizing::new(fs::read_to_string(path).map_err(io_err(path))?);
+    let mut out = Zeroizing::new([0u8; 32]);
+    hex::decode_to_slice(text.trim(), &mut out[..]).map_err(|_| KeyError::Format {
+        path: path.to_owned(),
+        what: "expected 32 bytes as 64 hex digits",
+    })?;
+    Ok(out)
+}
+
+/// Reads an orb allow-list: one hex Ed25519 verifying key per line; `#`
+/// starts a comment.
+///
+/// # Errors
+/// Unreadable file, or a line that is not a valid key.
+pub fn read_allow_list(path: &Path) -> Result<Vec<ed25519_dalek::VerifyingKey>, KeyError> {
+    let text = fs::read_to_string(path).map_err(io_err(path))?;
+    let mut keys = Vec::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut b = [0u8; 32];
+        let bad = || KeyError::Format {
+            path: path.to_owned(),
+            what: "allow-list line is not a 32-byte hex Ed25519 key",
+        };
+        hex::decode_to_slice(line, &mut b).map_err(|_| bad())?;
+        keys.push(ed25519_dalek::VerifyingKey::from_bytes(&b).map_err(|_| bad())?);
+    }
+    Ok(keys)
+}
+
+/// The Ed25519 key a node signs its results with.
+pub struct ResultSigner {
+    key: ed25519_dalek::SigningKey,
+    party: u8,
+}
+
+impl std::fmt::Debug for ResultSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultSigner")
+            .field("party", &self.party)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Domain separation prefix of result signatures.
+pub const RESULT_SIGNING_CONTEXT: &[u8] = b"ocelli/v1/result";
+
+/// The bytes a result signature covers.
+pub fn result_signing_message(party: u8, result: &[u8]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(RESULT_SIGNING_CONTEXT.len() + 1 + result.len());
+    m.extend_from_slice(RESULT_SIGNING_CONTEXT);
+    m.push(party);
+    m.extend_from_slice(result);
+    m
+}
+
+impl ResultSigner {
+    /// Wraps a 32-byte Ed25519 seed.
+    pub fn from_seed(seed: &[u8; 32], party: u8) -> Self {
+        Self {
+            key: ed25519_dalek::SigningKey::from_bytes(seed),
+            party,
+        }
+    }
+
+    /// Signs encoded `NodeResult` bytes.
+    pub fn sign(&self, result: &[u8]) -> [u8; 64] {
+        use ed25519_dalek::Signer;
+        self.key
+            .sign(&result_signing_message(self.party, result))
+            .to_bytes()
+    }
+
+    /// The verifying key.
+    pub fn verifying_key(&self) -> ed25519_dalek::VerifyingKey {
+        self.key.verifying_key()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn keygen_writes_private_files_0600() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let out = keygen(&KeygenOptions::local(dir.path()))?;
+        for p in [
+            dir.path().join("ca.key.pem"),
+            out.party_file(1, "tls.key.pem"),
+            out.party_file(2, "hpke.key"),
+            out.party_file(0, "result-signing.key"),
+            out.orb_signing_key(),
+        ] {
+            let mode = fs::metadata(&p)?.permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", p.display());
+        }
+        assert_eq!(fs::read(out.public_keys())?.len(), 96);
+        assert_eq!(
+            read_allow_list(&dir.path().join("orb-allow-list.txt"))?.len(),
+            1
+        );
+        let _ = read_key32(&out.party_file(0, "hpke.key"))?;
+        let cfg = crate::config::NodeConfig::load(&out.config(2))?;
+        assert_eq!(cfg.party_id, 2);
+        // A second run without --force refuses to overwrite.
+        assert!(keygen(&KeygenOptions::local(dir.path())).is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,379 @@
+//! TLS with rustls and the `ring` provider.
+//!
+//! - Orbs reach a node over server-authenticated TLS.
+//! - Nodes reach each other over mutual TLS. Beyond chaining to the
+//!   deployment CA, a certificate must be byte-for-byte the one configured for
+//!   that party id: a node refuses a peer presenting any other certificate,
+//!   including another party's.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{
+    ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::config::NodeConfig;
+
+/// TLS setup errors.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file could not be read or parsed.
+    #[error("{path}: {what}")]
+    Pem {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        what: String,
+    },
+    /// rustls refused the material.
+    #[error("tls: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The client verifier could not be built.
+    #[error("tls client verifier: {0}")]
+    Verifier(String),
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Reads all certificates of a PEM file.
+///
+/// # Errors
+/// Unreadable file, bad PEM, no certificate.
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let err = |what: String| TlsError::Pem {
+        path: path.display().to_string(),
+        what,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no certificate".to_owned()));
+    }
+    Ok(certs)
+}
+
+/// Reads a private key PEM file.
+///
+/// # Errors
+/// Unreadable file or no key in it (the message never contains key bytes).
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::Pem {
+        path: path.display().to_string(),
+        what: e.to_string(),
+    })
+}
+
+fn roots(ca: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for c in ca {
+        roots.add(c.clone())?;
+    }
+    Ok(roots)
+}
+
+/// Everything TLS a node needs, built once from its config.
+#[derive(Clone, Debug)]
+pub struct NodeTls {
+    /// Orb-facing server config (no client certificates).
+    pub orb_server: Arc<ServerConfig>,
+    /// Peer-facing server config (client certificate of a configured peer required).
+    pub peer_server: Arc<ServerConfig>,
+    /// Client config to dial each peer, pinned to that peer's certificate.
+    pub peer_clients: HashMap<u8, Arc<ClientConfig>>,
+    /// The configured certificate of each peer.
+    pub peer_certs: PeerCerts,
+}
+
+/// The configured certificate of each peer party.
+#[derive(Clone, Debug, Default)]
+pub struct PeerCerts(Vec<(u8, CertificateDer<'static>)>);
+
+impl PeerCerts {
+    /// The party whose configured certificate is `cert`, if any.
+    pub fn party_of(&self, cert: &CertificateDer<'_>) -> Option<u8> {
+        self.0
+            .iter()
+            .find(|(_, c)| c.as_ref() == cert.as_ref())
+            .map(|(p, _)| *p)
+    }
+}
+
+impl NodeTls {
+    /// Loads the files named in `cfg`.
+    ///
+    /// # Errors
+    /// Unreadable or invalid PEM files, or rustls refusing them.
+    pub fn load(cfg: &NodeConfig) -> Result<Self, TlsError> {
+        let ca = load_certs(&cfg.tls.ca)?;
+        let chain = load_certs(&cfg.tls.cert)?;
+        let key = load_key(&cfg.tls.key)?;
+        let mut peers = Vec::new();
+        for p in &cfg.peers {
+            let cert = load_certs(&p.cert)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| TlsError::Pem {
+                    path: p.cert.display().to_string(),
+                    what: "no certificate".to_owned(),
+                })?;
+            peers.push((p.party_id, cert));
+        }
+        let peer_certs = PeerCerts(peers);
+        let roots = Arc::new(roots(&ca)?);
+
+        let mut orb = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(chain.clone(), key.clone_key())?;
+        orb.alpn_protocols = vec![b"h2".to_vec()];
+
+        let webpki = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let pinned = Arc::new(PinnedClientVerifier {
+            inner: webpki,
+            allowed: peer_certs.clone(),
+        });
+        let mut peer_server = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(pinned)
+            .with_single_cert(chain.clone(), key.clone_key())?;
+        peer_server.alpn_protocols = vec![b"h2".to_vec()];
+
+        let mut peer_clients = HashMap::new();
+        for (party, cert) in &peer_certs.0 {
+            let inner = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
+                .build()
+                .map_err(|e| TlsError::Verifier(e.to_string()))?;
+            let verifier = Arc::new(PinnedServerVerifier {
+                inner,
+                expected: cert.clone(),
+            });
+            let mut c = ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()?
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+                .with_client_auth_cert(chain.clone(), key.clone_key())?;
+            c.alpn_protocols = vec![b"h2".to_vec()];
+            peer_clients.insert(*party, Arc::new(c));
+        }
+        Ok(Self {
+            orb_server: Arc::new(orb),
+            peer_server: Arc::new(peer_server),
+            peer_clients,
+            peer_certs,
+        })
+    }
+}
+
+/// A client config trusting the deployment CA (what an orb uses).
+///
+/// # Errors
+/// Unreadable CA file.
+pub fn orb_client_config(ca_pem: &Path) -> Result<Arc<ClientConfig>, TlsError> {
+    let roots = roots(&load_certs(ca_pem)?)?;
+    let mut c = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(c))
+}
+
+/// Accepts only client certificates that chain to the CA and are exactly one
+/// of the configured peer certificates.
+#[derive(Debug)]
+struct PinnedClientVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    allowed: PeerCerts,
+}
+
+impl ClientCertVerifier for PinnedClientVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let ok = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if self.allowed.party_of(end_entity).is_none() {
+            tracing::warn!(
+                "refused a node-to-node client certificate that is not a configured peer's"
+            );
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ));
+        }
+        Ok(ok)
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Accepts only the configured certificate of the party being dialled.
+#[derive(Debug)]
+struct PinnedServerVerifier {
+    inner: Arc<WebPkiServerVerifier>,
+    expected: CertificateDer<'static>,
+}
+
+impl ServerCertVerifier for PinnedServerVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let ok = self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )?;
+        if end_entity.as_ref() != self.expected.as_ref() {
+            tracing::warn!("refused a peer presenting a certificate other than the configured one");
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ));
+        }
+        Ok(ok)
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Accepts TCP connections and runs the TLS handshakes (each bounded by a
+/// timeout) off the accept loop; yields finished TLS streams until
+/// `shutdown` fires.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> tokio_stream::wrappers::ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let acceptor = TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                _ = shutdown.wait_for(|s| *s) => break,
+            };
+            let (tcp, addr) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => {
+                        let _ = tx.send(Ok(s)).await;
+                    }
+                    Ok(Err(e)) => tracing::info!(%addr, error = %e, "TLS handshake refused"),
+                    Err(_) => tracing::info!(%addr, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// A lazily connecting tonic channel to `addr` over TLS with `config`,
+/// verifying the server as `server_name`.
+///
+/// # Errors
+/// An invalid server name.
+pub fn channel(
+    addr: SocketAddr,
+    server_name: &str,
+    config: Arc<ClientConfig>,
+    connect_timeout: Duration,
+) -> Result<tonic::transport::Channel, TlsError> {
+    let name = ServerName::try_from(server_name.to_owned()).map_err(|e| TlsError::Pem {
+        path: server_name.to_owned(),
+        what: e.to_string(),
+    })?;
+    let connector = TlsConnector::from(config);
+    let svc = tower::service_fn(move |_uri: http::Uri| {
+        let connector = connector.clone();
+        let name = name.clone();
+        async move {
+            let tcp = TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            let tls = connector.connect(name, tcp).await?;
+            Ok::<_, std::io::Error>(TokioIo::new(tls))
+        }
+    });
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| TlsError::Verifier(e.to_string()))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true);
+    Ok(endpoint.connect_with_connector_lazy(svc))
+}
