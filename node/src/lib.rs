@@ -1,7 +1,25 @@
-//! The ocelli verifier node.
+//! The ocelli verifier node: envelope intake over gRPC and TLS, a durable
+//! store, and batch agreement between the three parties. The matching
+//! pipeline plugs in through [`batch::BatchEvaluator`]; until it does, every
+//! batch is answered "not evaluated".
+//!
+//! Layout: [`config`] and [`keys`] (keygen) feed [`node::NodeState`], the
+//! shared state behind one `Arc`; [`server::run`] serves it; [`intake`]
+//! checks envelopes; [`store`] keeps everything durable; [`batch`] agrees on
+//! and applies batches; [`client`] is what orbs and tests use.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, clippy::unwrap_used)]
 
+pub mod batch;
+pub mod client;
 pub mod config;
+pub mod ids;
+pub mod intake;
 pub mod keys;
+pub mod metrics;
+pub mod node;
+pub mod queue;
+pub mod server;
+pub mod shares;
+pub mod store;
 pub mod tls;

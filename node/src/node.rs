@@ -1,0 +1,238 @@
+//! A node's shared state behind one cheap `Arc` handle: the store, the
+//! in-memory share database and pending queue, keys, metrics, readiness.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use shared_proto::v1::SignedResult;
+use tokio::sync::{broadcast, Notify};
+
+use crate::batch::BatchEvaluator;
+use crate::config::NodeConfig;
+use crate::intake::IntakePolicy;
+use crate::keys::{self, ResultSigner};
+use crate::metrics::Metrics;
+use crate::queue::PendingQueue;
+use crate::shares::ShareDb;
+use crate::store::{RedbStore, Store, StoreError};
+use crate::ids::EnvelopeDigest;
+
+/// Errors while starting a node.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Key files.
+    #[error(transparent)]
+    Keys(#[from] keys::KeyError),
+    /// TLS files.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The node's state.
+#[derive(Debug)]
+pub struct NodeState {
+    pub(crate) party: u8,
+    pub(crate) config: NodeConfig,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) intake: IntakePolicy,
+    pub(crate) signer: ResultSigner,
+    pub(crate) metrics: Metrics,
+    pub(crate) evaluator: Arc<dyn BatchEvaluator>,
+    queue: Mutex<PendingQueue>,
+    shares: RwLock<ShareDb>,
+    pub(crate) results_tx: broadcast::Sender<Arc<SignedResult>>,
+    /// Serialises batch application.
+    pub(crate) apply_lock: tokio::sync::Mutex<()>,
+    /// Wakes the batch loop early (queue reached a full batch).
+    pub(crate) batch_wakeup: Notify,
+    ready: AtomicBool,
+    draining: AtomicBool,
+}
+
+impl NodeState {
+    /// Opens the store, loads the share database (with a progress bar and a
+    /// load-speed log line) and requeues pending requests.
+    ///
+    /// # Errors
+    /// Unreadable keys, store failure.
+    pub fn open(
+        config: NodeConfig,
+        evaluator: Arc<dyn BatchEvaluator>,
+    ) -> Result<Arc<Self>, StartError> {
+        let store: Arc<dyn Store> = Arc::new(RedbStore::open(&config.data_dir)?);
+        Self::with_store(config, store, evaluator)
+    }
+
+    /// Like [`NodeState::open`] with a given store implementation.
+    ///
+    /// # Errors
+    /// Unreadable keys, store failure.
+    pub fn with_store(
+        config: NodeConfig,
+        store: Arc<dyn Store>,
+        evaluator: Arc<dyn BatchEvaluator>,
+    ) -> Result<Arc<Self>, StartError> {
+        let party = config.party_id;
+        let hpke = keys::read_key32(&config.keys.hpke_secret)?;
+        let sign = keys::read_key32(&config.keys.result_signing)?;
+        let orbs = keys::read_allow_list(&config.keys.orb_allow_list)?;
+        let intake = IntakePolicy::new(party, &hpke, orbs, &config.intake)
+            .map_err(StartError::Other)?;
+        let signer = ResultSigner::from_seed(&sign, party);
+        let metrics = Metrics::new(party);
+
+        let shares = load_shares(store.as_ref(), &metrics)?;
+        let mut queue = PendingQueue::default();
+        let pending = store.pending_requests()?;
+        for (id, rec) in &pending {
+            if let Some(d) = EnvelopeDigest::from_slice(&rec.digest) {
+                queue.push(*id, d, rec.received_ms);
+            }
+        }
+        if !pending.is_empty() {
+            tracing::info!(count = pending.len(), "requeued pending requests from the store");
+        }
+        let meta = store.meta()?;
+        metrics.enrolled.set(i64::try_from(shares.len()).unwrap_or(i64::MAX));
+        metrics.pending.set(i64::try_from(queue.len()).unwrap_or(i64::MAX));
+        metrics
+            .last_batch
+            .set(i64::try_from(meta.last_applied_batch).unwrap_or(i64::MAX));
+        metrics
+            .store_bytes
+            .set(i64::try_from(store.size_bytes()).unwrap_or(i64::MAX));
+        let (results_tx, _) = broadcast::channel(4096);
+        Ok(Arc::new(Self {
+            party,
+            config,
+            store,
+            intake,
+            signer,
+            metrics,
+            evaluator,
+            queue: Mutex::new(queue),
+            shares: RwLock::new(shares),
+            results_tx,
+            apply_lock: tokio::sync::Mutex::new(()),
+            batch_wakeup: Notify::new(),
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+        }))
+    }
+
+    /// This node's party id.
+    pub fn party(&self) -> u8 {
+        self.party
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The result verifying key.
+    pub fn result_verifying_key(&self) -> ed25519_dalek::VerifyingKey {
+        self.signer.verifying_key()
+    }
+
+    /// The pending queue (poison-tolerant).
+    pub(crate) fn queue(&self) -> MutexGuard<'_, PendingQueue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The share database for reading.
+    pub fn shares(&self) -> RwLockReadGuard<'_, ShareDb> {
+        self.shares.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn shares_mut(&self) -> RwLockWriteGuard<'_, ShareDb> {
+        self.shares.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Number of pending requests.
+    pub fn pending_len(&self) -> usize {
+        self.queue().len()
+    }
+
+    /// Ready to serve: loaded and not shutting down.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst) && !self.is_draining()
+    }
+
+    /// Shutting down.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+        self.metrics.ready.set(i64::from(ready && !self.is_draining()));
+    }
+
+    pub(crate) fn set_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.metrics.ready.set(0);
+    }
+}
+
+/// Loads every enrolled entry into memory with a progress bar (on a
+/// terminal) and logs the load speed.
+fn load_shares(store: &dyn Store, metrics: &Metrics) -> Result<ShareDb, StoreError> {
+    let total = store.share_count()?;
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "loading shares {bar:40} {pos}/{len} ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    let mut db = ShareDb::default();
+    let mut n = 0u64;
+    store.for_each_share(&mut |id, s| {
+        db.put(id, s);
+        n += 1;
+        if n % 256 == 0 {
+            bar.set_position(n);
+        }
+    })?;
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let bytes = n as f64 * crate::shares::ENTRY_BYTES as f64;
+    tracing::info!(
+        entries = n,
+        seconds = format!("{secs:.3}"),
+        entries_per_s = format!("{:.0}", n as f64 / secs.max(1e-9)),
+        mib_per_s = format!("{:.1}", bytes / 1048576.0 / secs.max(1e-9)),
+        "share database loaded"
+    );
+    metrics
+        .load_ms
+        .inc_by(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
+    Ok(db)
+}

@@ -1,0 +1,167 @@
+//! The node service, separated the mini-redis way: [`run`] takes bound
+//! listeners and a shutdown future; `bin/` only parses config and sets up
+//! logging.
+//!
+//! Shutdown (SIGINT/SIGTERM in the binary, any future in tests): readiness
+//! drops and new submissions are refused; the servers stop accepting and
+//! finish the calls in flight; party 0 finishes the batch round in flight
+//! (committed, or aborted with its requests left durably pending for the
+//! next start); then the store is closed. Every acknowledged request is
+//! already durable, so nothing needs flushing beyond that.
+
+mod http;
+mod orb;
+mod peer;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shared_proto::v1::health_server::HealthServer;
+use shared_proto::v1::orb_service_server::OrbServiceServer;
+use shared_proto::v1::peer_service_server::PeerServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use self::orb::{health, OrbApi};
+pub use self::peer::PeerApi;
+use crate::batch::coordinator::{self, Peers};
+use crate::node::{NodeState, StartError};
+use crate::tls::NodeTls;
+
+/// Largest gRPC message accepted from an orb (the intake limit applies
+/// below it and reports precisely).
+const MAX_GRPC_MESSAGE: usize = 4 << 20;
+
+/// The three listening sockets of a node.
+#[derive(Debug)]
+pub struct Listeners {
+    /// Orb-facing gRPC (TLS).
+    pub orb: TcpListener,
+    /// Node-to-node gRPC (mutual TLS).
+    pub peer: TcpListener,
+    /// Plain HTTP metrics and health.
+    pub metrics: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the configured addresses.
+    ///
+    /// # Errors
+    /// An address is in use or not local.
+    pub async fn bind(cfg: &crate::config::ListenConfig) -> std::io::Result<Self> {
+        Ok(Self {
+            orb: TcpListener::bind(cfg.orb).await?,
+            peer: TcpListener::bind(cfg.peer).await?,
+            metrics: TcpListener::bind(cfg.metrics).await?,
+        })
+    }
+
+    /// The bound addresses (orb, peer, metrics).
+    ///
+    /// # Errors
+    /// The sockets cannot report their addresses.
+    pub fn addrs(&self) -> std::io::Result<(SocketAddr, SocketAddr, SocketAddr)> {
+        Ok((
+            self.orb.local_addr()?,
+            self.peer.local_addr()?,
+            self.metrics.local_addr()?,
+        ))
+    }
+}
+
+/// Serves `state` on `listeners` until `shutdown` completes, then shuts
+/// down gracefully.
+///
+/// # Errors
+/// TLS material cannot be loaded or a server fails.
+pub async fn run(
+    state: Arc<NodeState>,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), StartError> {
+    let tls = NodeTls::load(&state.config)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let party = state.party;
+    let (orb_addr, peer_addr, metrics_addr) = listeners
+        .addrs()
+        .map_err(|e| StartError::Other(e.to_string()))?;
+
+    let orb_api = OrbApi::new(state.clone());
+    let orb_incoming = crate::tls::incoming(listeners.orb, tls.orb_server.clone(), stop_rx.clone());
+    let mut orb_stop = stop_rx.clone();
+    let orb_server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                OrbServiceServer::new(orb_api.clone())
+                    .max_decoding_message_size(MAX_GRPC_MESSAGE),
+            )
+            .add_service(HealthServer::new(orb_api))
+            .serve_with_incoming_shutdown(orb_incoming, async move {
+                let _ = orb_stop.wait_for(|s| *s).await;
+            }),
+    );
+
+    let peer_api = PeerApi::new(state.clone(), tls.peer_certs.clone());
+    let peer_incoming =
+        crate::tls::incoming(listeners.peer, tls.peer_server.clone(), stop_rx.clone());
+    let (peer_stop_tx, mut peer_stop_rx) = watch::channel(false);
+    let peer_server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                PeerServiceServer::new(peer_api)
+                    .max_decoding_message_size(64 << 20)
+                    .max_encoding_message_size(64 << 20),
+            )
+            .serve_with_incoming_shutdown(peer_incoming, async move {
+                let _ = peer_stop_rx.wait_for(|s| *s).await;
+            }),
+    );
+
+    let http = tokio::spawn(http::serve(listeners.metrics, state.clone(), stop_rx.clone()));
+
+    let batch_task = if party == 0 {
+        let peers = Peers::connect(&state, &tls).map_err(StartError::Other)?;
+        tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone()))
+    } else {
+        let st = state.clone();
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+                if let Err(e) = crate::batch::sweep_expired(&st).await {
+                    tracing::warn!(error = %e, "timeout sweep failed");
+                }
+            }
+        })
+    };
+
+    state.set_ready(true);
+    tracing::info!(
+        party,
+        %orb_addr,
+        %peer_addr,
+        %metrics_addr,
+        evaluator = state.evaluator.name(),
+        "node serving"
+    );
+
+    shutdown.await;
+    tracing::info!(party, "shutting down: refusing new submissions");
+    state.set_draining();
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(20), batch_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), orb_server).await;
+    // Peers may still be committing to us while we drain; stop last.
+    let _ = peer_stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), peer_server).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+    // Wait for in-flight batch application to finish before the store closes.
+    drop(state.apply_lock.lock().await);
+    tracing::info!(party, "shutdown complete");
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! A minimal plain-HTTP endpoint for scrapers and orchestrators:
+//! `GET /metrics` (Prometheus text), `/healthz` (200 while the process
+//! runs), `/readyz` (200 when ready, else 503).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::node::NodeState;
+
+/// Serves until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let conn = tokio::select! {
+            c = listener.accept() => c,
+            _ = shutdown.wait_for(|s| *s) => break,
+        };
+        let Ok((stream, _)) = conn else {
+            continue;
+        };
+        let st = state.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(5), handle(stream, &st)).await;
+        });
+    }
+}
+
+async fn handle(mut stream: TcpStream, state: &NodeState) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    while n < buf.len() {
+        let r = stream.read(&mut buf[n..]).await?;
+        if r == 0 {
+            break;
+        }
+        n += r;
+        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let head = String::from_utf8_lossy(&buf[..n]);
+    let mut parts = head.lines().next().unwrap_or("").split_whitespace();
+    let method = parts.next().unwrap_or("");
+    let path = parts.next().unwrap_or("");
+    let (code, ctype, body) = match (method, path) {
+        ("GET", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4",
+            state.metrics.render(),
+        ),
+        ("GET", "/healthz") => ("200 OK", "text/plain", "live\n".to_owned()),
+        ("GET", "/readyz") if state.is_ready() => ("200 OK", "text/plain", "ready\n".to_owned()),
+        ("GET", "/readyz") => (
+            "503 Service Unavailable",
+            "text/plain",
+            "not ready\n".to_owned(),
+        ),
+        _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
+    };
+    let resp = format!(
+        "HTTP/1.1 {code}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(resp.as_bytes()).await?;
+    stream.shutdown().await
+}

@@ -1,0 +1,260 @@
+//! The orb-facing gRPC services: `OrbService` and `Health`.
+
+use std::collections::HashSet;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use prost::Message;
+use shared_proto::v1::health_server::Health;
+use shared_proto::v1::orb_service_server::OrbService;
+use shared_proto::v1::{
+    GetResultRequest, HealthCheckRequest, HealthCheckResponse, SignedResult, StreamResultsRequest,
+    SubmitRequest, SubmitResponse,
+};
+use tokio::sync::{broadcast, Semaphore};
+use tonic::{Request, Response, Status};
+
+use crate::ids::RequestId;
+use crate::intake::{RejectReason, Rejection};
+use crate::node::{now_ms, NodeState};
+use crate::store::{RequestRecord, RequestState};
+
+/// `OrbService` and `Health` over one node state.
+#[derive(Debug, Clone)]
+pub struct OrbApi {
+    state: Arc<NodeState>,
+    limit: Arc<Semaphore>,
+}
+
+impl OrbApi {
+    /// Wraps the state; at most `intake.max_concurrent` submissions run at once.
+    pub fn new(state: Arc<NodeState>) -> Self {
+        let n = state.config.intake.max_concurrent;
+        Self {
+            state,
+            limit: Arc::new(Semaphore::new(n)),
+        }
+    }
+
+    fn reject(&self, r: Rejection) -> Status {
+        self.state
+            .metrics
+            .intake
+            .with_label_values(&[r.reason.as_str()])
+            .inc();
+        if r.reason == RejectReason::Replay {
+            tracing::warn!(reason = r.reason.as_str(), detail = %r.message, "envelope rejected");
+        } else {
+            tracing::info!(reason = r.reason.as_str(), detail = %r.message, "envelope rejected");
+        }
+        r.into()
+    }
+}
+
+fn parse_id(b: &[u8]) -> Result<RequestId, Status> {
+    RequestId::from_slice(b)
+        .ok_or_else(|| Status::invalid_argument("request_id must be exactly 16 bytes"))
+}
+
+type ResultStream = Pin<Box<dyn Stream<Item = Result<SignedResult, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl OrbService for OrbApi {
+    async fn submit(
+        &self,
+        request: Request<SubmitRequest>,
+    ) -> Result<Response<SubmitResponse>, Status> {
+        if self.state.is_draining() {
+            return Err(self.reject(Rejection::new(
+                RejectReason::ShuttingDown,
+                "node is shutting down; retry on restart",
+            )));
+        }
+        let _permit = self
+            .limit
+            .acquire()
+            .await
+            .map_err(|_| Status::unavailable("node is shutting down"))?;
+        let envelope = request.into_inner().envelope;
+        let st = self.state.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let now = now_ms();
+            let accepted = st.intake.check(&envelope, now, |id| {
+                if st.queue().contains(id) {
+                    return Ok(true);
+                }
+                st.store
+                    .request(id)
+                    .map(|r| r.is_some())
+                    .map_err(|e| e.to_string())
+            })?;
+            let record = RequestRecord {
+                state: RequestState::Pending as u32,
+                digest: accepted.digest.0.to_vec(),
+                received_ms: now,
+                request_type: accepted.request_type,
+                serial_id: accepted.serial_id,
+                or_policy: accepted.or_policy,
+                batch_id: 0,
+            };
+            let inserted = st
+                .store
+                .insert_request(&accepted.id, &record, &envelope)
+                .map_err(|e| Rejection::new(RejectReason::Internal, e.to_string()))?;
+            if !inserted {
+                return Err(Rejection::new(
+                    RejectReason::Replay,
+                    format!("request id {} was already received", accepted.id),
+                ));
+            }
+            let len = {
+                let mut q = st.queue();
+                q.push(accepted.id, accepted.digest, now);
+                q.len()
+            };
+            st.metrics
+                .pending
+                .set(i64::try_from(len).unwrap_or(i64::MAX));
+            if len >= st.config.batch.max_size {
+                st.batch_wakeup.notify_one();
+            }
+            Ok((accepted.id, accepted.digest))
+        })
+        .await
+        .map_err(|_| Status::internal("intake task failed"))?;
+        match outcome {
+            Ok((id, digest)) => {
+                self.state
+                    .metrics
+                    .intake
+                    .with_label_values(&["accepted"])
+                    .inc();
+                tracing::debug!(request_id = %id, "envelope accepted");
+                Ok(Response::new(SubmitResponse {
+                    request_id: id.0.to_vec(),
+                    envelope_digest: digest.0.to_vec(),
+                }))
+            }
+            Err(r) => Err(self.reject(r)),
+        }
+    }
+
+    async fn get_result(
+        &self,
+        request: Request<GetResultRequest>,
+    ) -> Result<Response<SignedResult>, Status> {
+        let id = parse_id(&request.into_inner().request_id)?;
+        let st = self.state.clone();
+        let (result, known) = tokio::task::spawn_blocking(move || {
+            let r = st.store.result(&id)?;
+            let k = if r.is_none() {
+                st.store.request(&id)?.is_some()
+            } else {
+                true
+            };
+            Ok::<_, crate::store::StoreError>((r, k))
+        })
+        .await
+        .map_err(|_| Status::internal("lookup failed"))?
+        .map_err(|e| Status::internal(e.to_string()))?;
+        match result {
+            Some(bytes) => SignedResult::decode(bytes.as_slice())
+                .map(Response::new)
+                .map_err(|_| Status::internal("stored result is corrupt")),
+            None if known => Err(Status::unavailable(
+                "request is pending: it waits for its batch",
+            )),
+            None => Err(Status::not_found("unknown request id")),
+        }
+    }
+
+    type StreamResultsStream = ResultStream;
+
+    async fn stream_results(
+        &self,
+        request: Request<StreamResultsRequest>,
+    ) -> Result<Response<Self::StreamResultsStream>, Status> {
+        let ids = request
+            .into_inner()
+            .request_ids
+            .iter()
+            .map(|b| parse_id(b))
+            .collect::<Result<HashSet<_>, _>>()?;
+        // Subscribe before reading the store so nothing falls in between.
+        let mut rx = self.state.results_tx.subscribe();
+        let (tx, out) = tokio::sync::mpsc::channel::<Result<SignedResult, Status>>(64);
+        let st = self.state.clone();
+        tokio::spawn(async move {
+            let mut waiting = ids.clone();
+            let filtered = !ids.is_empty();
+            for id in &ids {
+                if let Ok(Some(b)) = st.store.result(id) {
+                    if let Ok(s) = SignedResult::decode(b.as_slice()) {
+                        waiting.remove(id);
+                        if tx.send(Ok(s)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            while !filtered || !waiting.is_empty() {
+                match rx.recv().await {
+                    Ok(s) => {
+                        let id = shared_proto::v1::NodeResult::decode(s.result.as_slice())
+                            .ok()
+                            .and_then(|r| RequestId::from_slice(&r.request_id));
+                        let wanted = match id {
+                            Some(id) => !filtered || waiting.remove(&id),
+                            None => false,
+                        };
+                        if wanted && tx.send(Ok((*s).clone())).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        let _ = tx
+                            .send(Err(Status::resource_exhausted(format!(
+                                "stream fell behind by {n} results; use GetResult"
+                            ))))
+                            .await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(out),
+        )))
+    }
+}
+
+#[tonic::async_trait]
+impl Health for OrbApi {
+    async fn check(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        Ok(Response::new(health(&self.state)))
+    }
+}
+
+/// The current health report.
+pub fn health(state: &NodeState) -> HealthCheckResponse {
+    let ready = state.is_ready();
+    HealthCheckResponse {
+        live: true,
+        ready,
+        party_id: u32::from(state.party),
+        enrolled: state.shares().len() as u64,
+        pending: state.pending_len() as u64,
+        detail: if state.is_draining() {
+            "shutting down".to_owned()
+        } else if ready {
+            "ready".to_owned()
+        } else {
+            "starting".to_owned()
+        },
+    }
+}

@@ -1,0 +1,113 @@
+//! The node-to-node gRPC service. The caller's party id comes from its TLS
+//! client certificate (already pinned during the handshake); batch calls are
+//! accepted from party 0 only.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use shared_proto::v1::peer_service_server::PeerService;
+use shared_proto::v1::{
+    BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote, MpcFrame,
+};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::batch::{apply_commit, coordinator, ApplyError};
+use crate::node::NodeState;
+use crate::tls::PeerCerts;
+
+/// `PeerService` over one node state.
+#[derive(Debug, Clone)]
+pub struct PeerApi {
+    state: Arc<NodeState>,
+    certs: PeerCerts,
+}
+
+impl PeerApi {
+    /// Wraps the state and the configured peer certificates.
+    pub fn new(state: Arc<NodeState>, certs: PeerCerts) -> Self {
+        Self { state, certs }
+    }
+
+    fn caller<T>(&self, req: &Request<T>) -> Result<u8, Status> {
+        let certs = req
+            .peer_certs()
+            .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+        let first = certs
+            .first()
+            .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
+        self.certs
+            .party_of(first)
+            .ok_or_else(|| Status::permission_denied("certificate is not a configured peer's"))
+    }
+
+    fn require_party0<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        match self.caller(req)? {
+            0 => Ok(()),
+            p => Err(Status::permission_denied(format!(
+                "only party 0 coordinates batches; caller is party {p}"
+            ))),
+        }
+    }
+}
+
+type FrameStream = Pin<Box<dyn Stream<Item = Result<MpcFrame, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl PeerService for PeerApi {
+    async fn propose_batch(
+        &self,
+        request: Request<BatchProposal>,
+    ) -> Result<Response<BatchVote>, Status> {
+        self.require_party0(&request)?;
+        if self.state.party == 0 {
+            return Err(Status::failed_precondition("party 0 does not vote"));
+        }
+        coordinator::vote(&self.state, request.get_ref())
+            .map(Response::new)
+            .map_err(Status::internal)
+    }
+
+    async fn commit_batch(
+        &self,
+        request: Request<BatchCommit>,
+    ) -> Result<Response<BatchCommitAck>, Status> {
+        self.require_party0(&request)?;
+        let commit = request.into_inner();
+        let batch_id = commit.batch_id;
+        match apply_commit(&self.state, commit).await {
+            Ok(d) => Ok(Response::new(BatchCommitAck {
+                batch_id,
+                results_digest: d.to_vec(),
+            })),
+            Err(e @ ApplyError::Behind { .. }) => Err(Status::failed_precondition(e.to_string())),
+            Err(e @ ApplyError::SerialMismatch { .. }) => {
+                tracing::error!(batch_id, error = %e, "refusing a commit");
+                Err(Status::failed_precondition(e.to_string()))
+            }
+            Err(e) => Err(Status::internal(e.to_string())),
+        }
+    }
+
+    async fn abort_batch(
+        &self,
+        request: Request<BatchAbort>,
+    ) -> Result<Response<BatchAbortAck>, Status> {
+        self.require_party0(&request)?;
+        self.state.queue().release_all_but(None);
+        Ok(Response::new(BatchAbortAck {}))
+    }
+
+    type MpcStreamStream = FrameStream;
+
+    async fn mpc_stream(
+        &self,
+        request: Request<Streaming<MpcFrame>>,
+    ) -> Result<Response<Self::MpcStreamStream>, Status> {
+        let party = self.caller(&request)?;
+        tracing::info!(party, "MPC stream refused: no matching pipeline is configured");
+        Err(Status::failed_precondition(
+            "no MPC session: the matching pipeline is not enabled on this node",
+        ))
+    }
+}

@@ -1,0 +1,226 @@
+//! Durable state behind one trait: enrolled shares by serial id, the request
+//! log (replay protection), pending envelopes, signed results and the batch
+//! log. [`RedbStore`] is the embedded implementation; a PostgreSQL one can
+//! implement the same trait.
+//!
+//! Every write is one ACID transaction committed with immediate durability,
+//! so anything acknowledged to a client or a peer survives a crash.
+
+mod redb;
+
+use std::collections::BTreeMap;
+
+pub use self::redb::RedbStore;
+use crate::ids::{RequestId, SerialId};
+
+/// Storage failures (never contain share bytes).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend failed.
+    #[error("storage backend: {0}")]
+    Backend(String),
+    /// A stored record does not decode.
+    #[error("corrupt record in {0}")]
+    Corrupt(&'static str),
+}
+
+/// Where a request stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum RequestState {
+    /// Validated and queued; its envelope is stored.
+    Pending = 1,
+    /// Answered: a signed result is stored, the envelope is gone.
+    Final = 2,
+}
+
+/// One entry of the request log (kept forever: replay protection).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RequestRecord {
+    /// [`RequestState`] as u32.
+    #[prost(uint32, tag = "1")]
+    pub state: u32,
+    /// Envelope digest.
+    #[prost(bytes = "vec", tag = "2")]
+    pub digest: Vec<u8>,
+    /// When this node received it, ms since the epoch (local; not compared across nodes).
+    #[prost(uint64, tag = "3")]
+    pub received_ms: u64,
+    /// `ocelli.v1.RequestType` as i32.
+    #[prost(int32, tag = "4")]
+    pub request_type: i32,
+    /// Target serial id (deletion, reauth, reset).
+    #[prost(uint64, tag = "5")]
+    pub serial_id: u64,
+    /// OR policy over the eyes.
+    #[prost(bool, tag = "6")]
+    pub or_policy: bool,
+    /// The batch that answered it (0: none).
+    #[prost(uint64, tag = "7")]
+    pub batch_id: u64,
+}
+
+impl RequestRecord {
+    /// The state, if the stored value is known.
+    pub fn state(&self) -> Option<RequestState> {
+        match self.state {
+            1 => Some(RequestState::Pending),
+            2 => Some(RequestState::Final),
+            _ => None,
+        }
+    }
+}
+
+/// Counters kept in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// The last batch applied (0: none).
+    pub last_applied_batch: u64,
+    /// The serial id the next enrolment gets (from 1).
+    pub next_serial: u64,
+}
+
+/// A change to the enrolled shares.
+#[derive(Debug)]
+pub enum ShareWrite {
+    /// Store (or replace) the shares of a serial id.
+    Put(crate::shares::StoredShares),
+    /// Remove the shares of a serial id.
+    Delete,
+}
+
+/// A request answered by a batch.
+#[derive(Debug)]
+pub struct FinalWrite {
+    /// The request.
+    pub id: RequestId,
+    /// Its updated log entry (state final).
+    pub record: RequestRecord,
+    /// Encoded `SignedResult`.
+    pub signed_result: Vec<u8>,
+}
+
+/// Everything one batch changes, written in one transaction.
+#[derive(Debug, Default)]
+pub struct BatchWrite {
+    /// The batch log entry: (batch id, encoded `BatchCommit`, results digest).
+    /// `None` for a node-local timeout sweep.
+    pub batch: Option<(u64, Vec<u8>, [u8; 32])>,
+    /// Answered requests.
+    pub finals: Vec<FinalWrite>,
+    /// Share changes.
+    pub shares: Vec<(SerialId, ShareWrite)>,
+    /// New `next_serial`.
+    pub next_serial: u64,
+}
+
+/// A batch log entry.
+#[derive(Clone, Debug)]
+pub struct StoredBatch {
+    /// Encoded `BatchCommit`.
+    pub commit: Vec<u8>,
+    /// SHA-256 over the batch's encoded results.
+    pub results_digest: [u8; 32],
+}
+
+/// What must be identical on all three nodes (for tests and audits): per
+/// request the digest, state and result (without the node's signature), plus
+/// the enrolled serial ids and counters.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct StoreSummary {
+    /// request id -> (digest, state, encoded `NodeResult` if final).
+    pub requests: BTreeMap<[u8; 16], (Vec<u8>, u32, Option<Vec<u8>>)>,
+    /// Enrolled serial ids.
+    pub serials: Vec<u64>,
+    /// Counters.
+    pub last_applied_batch: u64,
+    /// Counters.
+    pub next_serial: u64,
+}
+
+/// The node's durable state.
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Logs a new pending request with its envelope. Returns `false` (and
+    /// writes nothing) if the request id was seen before.
+    ///
+    /// # Errors
+    /// Backend failure.
+    fn insert_request(
+        &self,
+        id: &RequestId,
+        record: &RequestRecord,
+        envelope: &[u8],
+    ) -> Result<bool, StoreError>;
+
+    /// The log entry of a request.
+    ///
+    /// # Errors
+    /// Backend failure or corrupt record.
+    fn request(&self, id: &RequestId) -> Result<Option<RequestRecord>, StoreError>;
+
+    /// All pending requests, for requeueing at start.
+    ///
+    /// # Errors
+    /// Backend failure or corrupt record.
+    fn pending_requests(&self) -> Result<Vec<(RequestId, RequestRecord)>, StoreError>;
+
+    /// The stored envelope of a pending request.
+    ///
+    /// # Errors
+    /// Backend failure.
+    fn envelope(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Applies a batch atomically.
+    ///
+    /// # Errors
+    /// Backend failure (nothing is written then).
+    fn apply_batch(&self, write: &BatchWrite) -> Result<(), StoreError>;
+
+    /// The encoded `SignedResult` of a final request.
+    ///
+    /// # Errors
+    /// Backend failure.
+    fn result(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// A batch log entry.
+    ///
+    /// # Errors
+    /// Backend failure or corrupt record.
+    fn batch(&self, batch_id: u64) -> Result<Option<StoredBatch>, StoreError>;
+
+    /// The counters.
+    ///
+    /// # Errors
+    /// Backend failure.
+    fn meta(&self) -> Result<Meta, StoreError>;
+
+    /// Number of enrolled entries.
+    ///
+    /// # Errors
+    /// Backend failure.
+    fn share_count(&self) -> Result<u64, StoreError>;
+
+    /// Calls `f` for every enrolled entry in serial id order.
+    ///
+    /// # Errors
+    /// Backend failure or corrupt entry.
+    fn for_each_share(
+        &self,
+        f: &mut dyn FnMut(SerialId, crate::shares::StoredShares),
+    ) -> Result<(), StoreError>;
+
+    /// SHA-256 over every table's contents: equal iff the stored state is equal.
+    ///
+    /// # Errors
+    /// Backend failure.
+    fn fingerprint(&self) -> Result<[u8; 32], StoreError>;
+
+    /// The cross-node comparable view.
+    ///
+    /// # Errors
+    /// Backend failure or corrupt record.
+    fn summary(&self) -> Result<StoreSummary, StoreError>;
+
+    /// Approximate on-disk size in bytes.
+    fn size_bytes(&self) -> u64;
+}
