@@ -294,7 +294,13 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<[u8; 3
     drop(db);
     let timed_out_detail = "timed out: not held by all three nodes with the same digest in time";
     for (id, digest) in missing {
-        let r = result(&id, &digest, ResultStatus::TimedOut, batch_id, timed_out_detail);
+        let r = result(
+            &id,
+            &digest,
+            ResultStatus::TimedOut,
+            batch_id,
+            timed_out_detail,
+        );
         results.push((id, placeholder_record(&digest), r));
     }
     for item in &commit.timed_out {

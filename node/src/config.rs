@@ -98,7 +98,7 @@ impl Default for IntakeConfig {
         Self {
             freshness_window_s: 300,
             max_future_skew_s: 30,
-            max_envelope_bytes: 256 * 1024,
+            max_envelope_bytes: sdk_orb::envelope::MAX_ENVELOPE_LEN,
             max_concurrent: 64,
         }
     }

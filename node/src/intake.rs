@@ -44,6 +44,8 @@ pub enum RejectReason {
     DecryptionFailed,
     /// The decrypted shares have wrong lengths or values.
     BadShares,
+    /// The request type is unknown or the serial id does not fit it.
+    InvalidRequest,
     /// The decrypted payload names another request id.
     RequestIdMismatch,
     /// The node is shutting down.
@@ -54,7 +56,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason (for metrics and docs).
-    pub const ALL: [RejectReason; 15] = [
+    pub const ALL: [RejectReason; 16] = [
         Self::Oversized,
         Self::Malformed,
         Self::UnsupportedVersion,
@@ -67,6 +69,7 @@ impl RejectReason {
         Self::WrongParty,
         Self::DecryptionFailed,
         Self::BadShares,
+        Self::InvalidRequest,
         Self::RequestIdMismatch,
         Self::ShuttingDown,
         Self::Internal,
@@ -87,6 +90,7 @@ impl RejectReason {
             Self::WrongParty => "wrong_party",
             Self::DecryptionFailed => "decryption_failed",
             Self::BadShares => "bad_shares",
+            Self::InvalidRequest => "invalid_request",
             Self::RequestIdMismatch => "request_id_mismatch",
             Self::ShuttingDown => "shutting_down",
             Self::Internal => "internal",
@@ -105,7 +109,7 @@ impl RejectReason {
             Self::Replay => Code::AlreadyExists,
             Self::WrongParty | Self::RequestIdMismatch => Code::FailedPrecondition,
             Self::DecryptionFailed => Code::DataLoss,
-            Self::BadShares => Code::InvalidArgument,
+            Self::BadShares | Self::InvalidRequest => Code::InvalidArgument,
             Self::ShuttingDown => Code::Unavailable,
             Self::Internal => Code::Internal,
         }
@@ -145,21 +149,42 @@ impl From<Rejection> for tonic::Status {
 /// Maps an SDK error (structure or crypto) to a reason and message.
 fn from_sdk(e: EnvelopeError) -> Rejection {
     use RejectReason as R;
-    let (reason, msg) = match e {
-        EnvelopeError::Malformed(_) => (R::Malformed, "malformed envelope encoding"),
-        EnvelopeError::BadLength { .. } => (R::BadLength, "a field has the wrong length"),
-        EnvelopeError::UnknownVersion(_) => (R::UnsupportedVersion, "unsupported envelope version"),
-        EnvelopeError::Signature => (R::BadSignature, "orb signature does not verify"),
-        EnvelopeError::Decryption => (R::DecryptionFailed, "this party's payload does not decrypt"),
-        EnvelopeError::WrongParty { .. } => (R::WrongParty, "payload is for another party"),
-        EnvelopeError::RequestIdMismatch => (
-            R::RequestIdMismatch,
-            "decrypted payload names another request id",
-        ),
-        #[allow(unreachable_patterns)]
-        _ => (R::Malformed, "invalid envelope"),
+    let reason = match e {
+        EnvelopeError::Malformed(_) | EnvelopeError::MissingField(_) => R::Malformed,
+        EnvelopeError::Length {
+            field: "envelope", ..
+        } => R::Oversized,
+        EnvelopeError::Length { field, .. }
+            if field.starts_with("left.") || field.starts_with("right.") =>
+        {
+            R::BadShares
+        }
+        EnvelopeError::Length { .. } => R::BadLength,
+        EnvelopeError::UnsupportedVersion(_) => R::UnsupportedVersion,
+        EnvelopeError::UnknownRequestType(_) | EnvelopeError::SerialId => R::InvalidRequest,
+        EnvelopeError::PayloadParties | EnvelopeError::PayloadParty { .. } => R::WrongParty,
+        EnvelopeError::Signature => R::BadSignature,
+        EnvelopeError::Decryption => R::DecryptionFailed,
+        EnvelopeError::PayloadRequestId => R::RequestIdMismatch,
+        _ => R::Internal,
     };
-    Rejection::new(reason, format!("{msg} ({e})"))
+    // The SDK's messages name fields and lengths only, never secret bytes;
+    // decryption failures are one opaque message.
+    Rejection::new(reason, e.to_string())
+}
+
+/// Serialises opened shares into the stored layout.
+fn to_stored(p: &sdk_orb::PartyShares) -> StoredShares {
+    use crate::shares::{CODE_BYTES, MASK_BYTES};
+    StoredShares::build(|buf| {
+        let (lc, rest) = buf.split_at_mut(CODE_BYTES);
+        let (lm, rest) = rest.split_at_mut(MASK_BYTES);
+        let (rc, rm) = rest.split_at_mut(CODE_BYTES);
+        p.left.code.write_le_bytes(lc);
+        p.left.mask.write_le_bytes(lm);
+        p.right.code.write_le_bytes(rc);
+        p.right.mask.write_le_bytes(rm);
+    })
 }
 
 /// Intake settings and keys of one node.
@@ -228,7 +253,8 @@ impl IntakePolicy {
         let party = PartyId::try_from(party).map_err(|_| "party id must be 0..=2".to_owned())?;
         Ok(Self {
             party,
-            secret: NodeSecretKey::from_bytes(secret_bytes),
+            secret: NodeSecretKey::from_bytes(secret_bytes)
+                .map_err(|_| "invalid HPKE secret key".to_owned())?,
             orb_keys: orb_keys.into_iter().map(|k| k.to_bytes()).collect(),
             freshness_ms: cfg.freshness_window_s.saturating_mul(1000),
             future_ms: cfg.max_future_skew_s.saturating_mul(1000),
@@ -295,13 +321,7 @@ impl IntakePolicy {
         }
         let payload =
             sdk_orb::envelope::open_payload(&view, self.party, &self.secret).map_err(from_sdk)?;
-        let shares = StoredShares::from_parts(
-            &payload.left.code.to_le_bytes(),
-            &payload.left.mask.to_le_bytes(),
-            &payload.right.code.to_le_bytes(),
-            &payload.right.mask.to_le_bytes(),
-        )
-        .map_err(|e| Rejection::new(RejectReason::BadShares, e.to_string()))?;
+        let shares = to_stored(&payload);
         Ok(Accepted {
             id,
             digest: EnvelopeDigest(view.digest().0),
@@ -321,12 +341,6 @@ impl IntakePolicy {
         let view = EnvelopeView::parse(bytes).map_err(from_sdk)?;
         let payload =
             sdk_orb::envelope::open_payload(&view, self.party, &self.secret).map_err(from_sdk)?;
-        StoredShares::from_parts(
-            &payload.left.code.to_le_bytes(),
-            &payload.left.mask.to_le_bytes(),
-            &payload.right.code.to_le_bytes(),
-            &payload.right.mask.to_le_bytes(),
-        )
-        .map_err(|e| Rejection::new(RejectReason::BadShares, e.to_string()))
+        Ok(to_stored(&payload))
     }
 }

@@ -50,18 +50,24 @@ impl Metrics {
         .expect("static registry");
         let cv = |name: &str, help: &str, label: &str| {
             let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("static metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
             c
         };
         let g = |name: &str, help: &str| {
             let c = IntGauge::new(name, help).expect("static metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
             c
         };
         let h = |name: &str, help: &str, buckets: Vec<f64>| {
             let c = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
                 .expect("static metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
             c
         };
         let intake = cv("intake_total", "Submit calls by outcome", "status");

@@ -10,13 +10,13 @@ use tokio::sync::{broadcast, Notify};
 
 use crate::batch::BatchEvaluator;
 use crate::config::NodeConfig;
+use crate::ids::EnvelopeDigest;
 use crate::intake::IntakePolicy;
 use crate::keys::{self, ResultSigner};
 use crate::metrics::Metrics;
 use crate::queue::PendingQueue;
 use crate::shares::ShareDb;
 use crate::store::{RedbStore, Store, StoreError};
-use crate::ids::EnvelopeDigest;
 
 /// Errors while starting a node.
 #[derive(Debug, thiserror::Error)]
@@ -91,8 +91,8 @@ impl NodeState {
         let hpke = keys::read_key32(&config.keys.hpke_secret)?;
         let sign = keys::read_key32(&config.keys.result_signing)?;
         let orbs = keys::read_allow_list(&config.keys.orb_allow_list)?;
-        let intake = IntakePolicy::new(party, &hpke, orbs, &config.intake)
-            .map_err(StartError::Other)?;
+        let intake =
+            IntakePolicy::new(party, &hpke, orbs, &config.intake).map_err(StartError::Other)?;
         let signer = ResultSigner::from_seed(&sign, party);
         let metrics = Metrics::new(party);
 
@@ -105,11 +105,18 @@ impl NodeState {
             }
         }
         if !pending.is_empty() {
-            tracing::info!(count = pending.len(), "requeued pending requests from the store");
+            tracing::info!(
+                count = pending.len(),
+                "requeued pending requests from the store"
+            );
         }
         let meta = store.meta()?;
-        metrics.enrolled.set(i64::try_from(shares.len()).unwrap_or(i64::MAX));
-        metrics.pending.set(i64::try_from(queue.len()).unwrap_or(i64::MAX));
+        metrics
+            .enrolled
+            .set(i64::try_from(shares.len()).unwrap_or(i64::MAX));
+        metrics
+            .pending
+            .set(i64::try_from(queue.len()).unwrap_or(i64::MAX));
         metrics
             .last_batch
             .set(i64::try_from(meta.last_applied_batch).unwrap_or(i64::MAX));
@@ -191,7 +198,9 @@ impl NodeState {
 
     pub(crate) fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::SeqCst);
-        self.metrics.ready.set(i64::from(ready && !self.is_draining()));
+        self.metrics
+            .ready
+            .set(i64::from(ready && !self.is_draining()));
     }
 
     pub(crate) fn set_draining(&self) {

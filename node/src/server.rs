@@ -94,8 +94,7 @@ pub async fn run(
     let orb_server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(
-                OrbServiceServer::new(orb_api.clone())
-                    .max_decoding_message_size(MAX_GRPC_MESSAGE),
+                OrbServiceServer::new(orb_api.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE),
             )
             .add_service(HealthServer::new(orb_api))
             .serve_with_incoming_shutdown(orb_incoming, async move {
@@ -119,7 +118,11 @@ pub async fn run(
             }),
     );
 
-    let http = tokio::spawn(http::serve(listeners.metrics, state.clone(), stop_rx.clone()));
+    let http = tokio::spawn(http::serve(
+        listeners.metrics,
+        state.clone(),
+        stop_rx.clone(),
+    ));
 
     let batch_task = if party == 0 {
         let peers = Peers::connect(&state, &tls).map_err(StartError::Other)?;

@@ -74,6 +74,13 @@ impl StoredShares {
         Ok(Self(v.into_boxed_slice()))
     }
 
+    /// Builds an entry by letting `fill` write all [`ENTRY_BYTES`] bytes.
+    pub fn build(fill: impl FnOnce(&mut [u8])) -> Self {
+        let mut v = vec![0u8; ENTRY_BYTES].into_boxed_slice();
+        fill(&mut v);
+        Self(v)
+    }
+
     /// The serialised entry.
     pub fn as_bytes(&self) -> &[u8] {
         &self.0

@@ -73,14 +73,13 @@ pub async fn run(state: Arc<NodeState>, peers: Peers, mut shutdown: watch::Recei
         }
         match round(&state, &peers).await {
             Ok(Round::Idle) => {}
+            Ok(Round::Committed { batch_id, size }) => {
+                tracing::debug!(batch_id, size, "batch committed");
+            }
             Ok(r) => tracing::debug!(?r, "batch round"),
             Err(e) => {
                 tracing::warn!(error = %e, "batch round failed; requests stay pending");
-                state
-                    .metrics
-                    .batches
-                    .with_label_values(&["failed"])
-                    .inc();
+                state.metrics.batches.with_label_values(&["failed"]).inc();
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
                     _ = shutdown.changed() => {}
@@ -135,7 +134,9 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
             Ok(Ok(v)) => {
                 votes.insert(party, v.into_inner());
             }
-            Ok(Err(status)) => failure = Some(format!("party {party} refused the proposal: {status}")),
+            Ok(Err(status)) => {
+                failure = Some(format!("party {party} refused the proposal: {status}"))
+            }
             Err(_) => failure = Some(format!("party {party} did not answer the proposal in time")),
         }
         if failure.is_some() {
@@ -154,8 +155,14 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
     let mut caught_up = false;
     for (party, v) in &votes {
         if v.last_applied_batch_id < meta.last_applied_batch {
-            catch_up(state, peers, *party, v.last_applied_batch_id + 1, meta.last_applied_batch)
-                .await?;
+            catch_up(
+                state,
+                peers,
+                *party,
+                v.last_applied_batch_id + 1,
+                meta.last_applied_batch,
+            )
+            .await?;
             caught_up = true;
         }
     }
@@ -193,7 +200,9 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
             commit.timed_out.push(item());
         }
     }
-    if commit.request_ids.is_empty() && commit.timed_out.is_empty() && commit.digest_mismatch.is_empty()
+    if commit.request_ids.is_empty()
+        && commit.timed_out.is_empty()
+        && commit.digest_mismatch.is_empty()
     {
         abort(peers, batch_id, timeout).await;
         return Ok(Round::NothingAgreed);
@@ -266,7 +275,12 @@ async fn catch_up(
     let Some((_, client)) = peers.clients.iter().find(|(p, _)| *p == party) else {
         return Err(format!("unknown peer {party}"));
     };
-    tracing::info!(party, from, to, "replaying batches to a peer that is behind");
+    tracing::info!(
+        party,
+        from,
+        to,
+        "replaying batches to a peer that is behind"
+    );
     for id in from..=to {
         let b = state
             .store

@@ -12,7 +12,11 @@ use tokio::sync::watch;
 use crate::node::NodeState;
 
 /// Serves until `shutdown` turns true.
-pub async fn serve(listener: TcpListener, state: Arc<NodeState>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<NodeState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         let conn = tokio::select! {
             c = listener.accept() => c,

@@ -105,7 +105,10 @@ impl PeerService for PeerApi {
         request: Request<Streaming<MpcFrame>>,
     ) -> Result<Response<Self::MpcStreamStream>, Status> {
         let party = self.caller(&request)?;
-        tracing::info!(party, "MPC stream refused: no matching pipeline is configured");
+        tracing::info!(
+            party,
+            "MPC stream refused: no matching pipeline is configured"
+        );
         Err(Status::failed_precondition(
             "no MPC session: the matching pipeline is not enabled on this node",
         ))

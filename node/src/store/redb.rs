@@ -4,8 +4,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata,
-    TableDefinition,
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
 use sha2::{Digest, Sha256};
 
@@ -213,10 +212,7 @@ impl Store for RedbStore {
         t.len().map_err(be)
     }
 
-    fn for_each_share(
-        &self,
-        f: &mut dyn FnMut(SerialId, StoredShares),
-    ) -> Result<(), StoreError> {
+    fn for_each_share(&self, f: &mut dyn FnMut(SerialId, StoredShares)) -> Result<(), StoreError> {
         let txn = self.db.begin_read().map_err(be)?;
         let t = txn.open_table(SHARES).map_err(be)?;
         for item in t.iter().map_err(be)? {
@@ -272,7 +268,8 @@ impl Store for RedbStore {
         for item in req.iter().map_err(be)? {
             let (k, v) = item.map_err(be)?;
             let id = RequestId::from_slice(k.value()).ok_or(StoreError::Corrupt("requests"))?;
-            let rec = RequestRecord::decode(v.value()).map_err(|_| StoreError::Corrupt("requests"))?;
+            let rec =
+                RequestRecord::decode(v.value()).map_err(|_| StoreError::Corrupt("requests"))?;
             let result = match res.get(k.value()).map_err(be)? {
                 None => None,
                 Some(r) => Some(

@@ -1,0 +1,56 @@
+//! Clients: what an orb (or a test, or the load generator) uses to reach a
+//! node over TLS, and result verification.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use prost::Message;
+use shared_proto::v1::health_client::HealthClient;
+use shared_proto::v1::orb_service_client::OrbServiceClient;
+use shared_proto::v1::{NodeResult, SignedResult};
+use tonic::transport::Channel;
+
+use crate::keys::result_signing_message;
+use crate::tls::TlsError;
+
+/// An orb-side connection to one node.
+#[derive(Clone, Debug)]
+pub struct OrbClient {
+    /// The orb API.
+    pub orb: OrbServiceClient<Channel>,
+    /// The health API.
+    pub health: HealthClient<Channel>,
+}
+
+impl OrbClient {
+    /// A lazily connecting client for the node at `addr`, trusting the CA in
+    /// `ca_pem`, verifying the server name `server_name`.
+    ///
+    /// # Errors
+    /// Unreadable CA or bad server name.
+    pub fn new(addr: SocketAddr, server_name: &str, ca_pem: &Path) -> Result<Self, TlsError> {
+        let cfg = crate::tls::orb_client_config(ca_pem)?;
+        let ch = crate::tls::channel(addr, server_name, cfg, Duration::from_secs(5))?;
+        Ok(Self {
+            orb: OrbServiceClient::new(ch.clone()).max_encoding_message_size(8 << 20),
+            health: HealthClient::new(ch),
+        })
+    }
+}
+
+/// Checks a node's signature on a result and decodes it.
+///
+/// # Errors
+/// A bad signature or undecodable result.
+pub fn verify_result(
+    signed: &SignedResult,
+    key: &ed25519_dalek::VerifyingKey,
+) -> Result<NodeResult, &'static str> {
+    let party = u8::try_from(signed.party_id).map_err(|_| "bad party id")?;
+    let sig =
+        ed25519_dalek::Signature::from_slice(&signed.signature).map_err(|_| "bad signature")?;
+    key.verify_strict(&result_signing_message(party, &signed.result), &sig)
+        .map_err(|_| "bad signature")?;
+    NodeResult::decode(signed.result.as_slice()).map_err(|_| "undecodable result")
+}

@@ -1,0 +1,286 @@
+//! Degree-1 Shamir sharing over GR(2^16, 4) for the three parties, and reconstruction.
+//!
+//! For each ring element with plain values `a` (basis A): `s = S a`, `f(X) = s + r X` with a
+//! fresh uniformly random element `r`; party `id` receives `f(alpha_{id+1})` with
+//! `alpha = (1, x, 1 + x)`. Codes are shared as masked bitvectors; masks as their 0/1 bits,
+//! trimmed to the real-part half (the first 6,400 coefficients).
+
+use rand_core::{CryptoRng, RngCore};
+use zeroize::Zeroize;
+
+use crate::layout::PLAIN_BIT_INDEX;
+use crate::plaintext::masked_value;
+use crate::ring::GaloisRingElement;
+use crate::template::IrisTemplate;
+use crate::{PartyId, CODE_COEFS, MASK_COEFS, PARTIES};
+
+/// The Shamir evaluation points: party `id` holds `alpha[id]` = 1, x, 1 + x.
+pub const EVALUATION_POINTS: [GaloisRingElement; PARTIES] = [
+    GaloisRingElement([1, 0, 0, 0]),
+    GaloisRingElement([0, 1, 0, 0]),
+    GaloisRingElement([1, 1, 0, 0]),
+];
+
+/// Defines a fixed-size secret array of u16 coefficients: zeroized on drop, hidden from
+/// `Debug`, compared in constant time, serialised little-endian.
+macro_rules! secret_coefs {
+    ($(#[$doc:meta])* $name:ident, $len:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, zeroize::Zeroize, zeroize::ZeroizeOnDrop)]
+        pub struct $name(pub [u16; $len]);
+
+        impl $name {
+            /// Coefficients.
+            pub const LEN: usize = $len;
+            /// Bytes of the little-endian serialisation.
+            pub const BYTES: usize = 2 * $len;
+
+            /// All zero.
+            pub const fn zero() -> Self {
+                $name([0; $len])
+            }
+
+            /// The coefficients.
+            pub fn coefs(&self) -> &[u16; $len] {
+                &self.0
+            }
+
+            /// The coefficients, mutable.
+            pub fn coefs_mut(&mut self) -> &mut [u16; $len] {
+                &mut self.0
+            }
+
+            /// Writes the little-endian serialisation into `out`.
+            ///
+            /// # Panics
+            /// If `out.len() != Self::BYTES`.
+            pub fn write_le_bytes(&self, out: &mut [u8]) {
+                assert_eq!(out.len(), Self::BYTES);
+                for (o, c) in out.chunks_exact_mut(2).zip(self.0.iter()) {
+                    o.copy_from_slice(&c.to_le_bytes());
+                }
+            }
+
+            /// Reads the little-endian serialisation.
+            ///
+            /// # Errors
+            /// The length found, if it is not `Self::BYTES`.
+            pub fn read_le_bytes(bytes: &[u8], out: &mut Self) -> Result<(), usize> {
+                if bytes.len() != Self::BYTES {
+                    return Err(bytes.len());
+                }
+                for (c, b) in out.0.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *c = u16::from_le_bytes([b[0], b[1]]);
+                }
+                Ok(())
+            }
+
+            /// Rotated by `k` columns (a permutation of whole ring elements).
+            pub fn rotated(&self, k: i32) -> Self {
+                let mut out = Self::zero();
+                crate::rotation::rotate_coefs(&self.0, k, &mut out.0);
+                out
+            }
+        }
+
+        impl subtle::ConstantTimeEq for $name {
+            fn ct_eq(&self, other: &Self) -> subtle::Choice {
+                self.0.ct_eq(&other.0)
+            }
+        }
+
+        impl PartialEq for $name {
+            fn eq(&self, other: &Self) -> bool {
+                subtle::ConstantTimeEq::ct_eq(self, other).into()
+            }
+        }
+
+        impl Eq for $name {}
+
+        impl core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.debug_struct(stringify!($name)).finish_non_exhaustive()
+            }
+        }
+    };
+}
+pub(crate) use secret_coefs;
+
+secret_coefs!(
+    /// One party's share of a masked code: 12,800 GR(2^16,4) coefficients in the packed layout.
+    CodeShare,
+    CODE_COEFS
+);
+secret_coefs!(
+    /// One party's share of a trimmed mask: the first 6,400 coefficients.
+    MaskShare,
+    MASK_COEFS
+);
+
+/// One party's shares of one eye.
+#[derive(Clone, PartialEq, Eq, Debug, Zeroize)]
+pub struct EyeShares {
+    /// The masked code share.
+    pub code: CodeShare,
+    /// The trimmed mask share.
+    pub mask: MaskShare,
+}
+
+impl EyeShares {
+    /// All zero.
+    pub const fn zero() -> EyeShares {
+        EyeShares {
+            code: CodeShare::zero(),
+            mask: MaskShare::zero(),
+        }
+    }
+}
+
+/// One party's shares of a person: both eyes.
+#[derive(Clone, PartialEq, Eq, Debug, Zeroize)]
+pub struct PartyShares {
+    /// Left eye.
+    pub left: EyeShares,
+    /// Right eye.
+    pub right: EyeShares,
+}
+
+impl PartyShares {
+    /// All zero.
+    pub const fn zero() -> PartyShares {
+        PartyShares {
+            left: EyeShares::zero(),
+            right: EyeShares::zero(),
+        }
+    }
+}
+
+/// Plain values of the masked code in the packed coefficient order.
+pub fn code_coefs(template: &IrisTemplate, out: &mut [u16; CODE_COEFS]) {
+    for (v, &bit) in out.iter_mut().zip(PLAIN_BIT_INDEX.iter()) {
+        let bit = bit as usize;
+        *v = masked_value(template.code().get(bit), template.mask().get(bit));
+    }
+}
+
+/// Plain 0/1 values of the trimmed mask in the packed coefficient order.
+pub fn mask_coefs(template: &IrisTemplate, out: &mut [u16; MASK_COEFS]) {
+    for (v, &bit) in out.iter_mut().zip(PLAIN_BIT_INDEX.iter()) {
+        *v = template.mask().get(bit as usize) as u16;
+    }
+}
+
+/// The three shares of one element with plain values `a` and randomness `r`.
+pub fn share_element(a: &[u16; 4], r: GaloisRingElement) -> [GaloisRingElement; PARTIES] {
+    let s = GaloisRingElement::from_basis_a(a);
+    let rx = r.mul_x();
+    [s + r, s + rx, s + r + rx]
+}
+
+/// Elements drawn from the RNG per call to `fill_bytes`.
+const RANDOMNESS_BLOCK: usize = 64;
+
+/// Shares the plain coefficients `plain` (a multiple of 4 long) with fresh randomness from
+/// `rng`, handing each element's three shares to `sink(element_index, shares)`. The building
+/// block for writing shares straight into their destination (typed arrays or payloads).
+pub fn share_with_sink<R, F>(rng: &mut R, plain: &[u16], mut sink: F)
+where
+    R: RngCore + CryptoRng,
+    F: FnMut(usize, &[GaloisRingElement; PARTIES]),
+{
+    let mut bytes = [0u8; 8 * RANDOMNESS_BLOCK];
+    for (block_index, block) in plain.chunks(4 * RANDOMNESS_BLOCK).enumerate() {
+        rng.fill_bytes(&mut bytes);
+        for (j, (a, rb)) in block.chunks_exact(4).zip(bytes.chunks_exact(8)).enumerate() {
+            let r = GaloisRingElement([
+                u16::from_le_bytes([rb[0], rb[1]]),
+                u16::from_le_bytes([rb[2], rb[3]]),
+                u16::from_le_bytes([rb[4], rb[5]]),
+                u16::from_le_bytes([rb[6], rb[7]]),
+            ]);
+            let a = [a[0], a[1], a[2], a[3]];
+            let mut shares = share_element(&a, r);
+            sink(block_index * RANDOMNESS_BLOCK + j, &shares);
+            shares.zeroize();
+        }
+    }
+    bytes.zeroize();
+}
+
+/// Shares plain coefficients with explicitly given randomness, one element of `randomness`
+/// per ring element. Hazardous: only for known-answer vectors and tests; real sharing must
+/// use fresh randomness ([`share_eye`]).
+///
+/// # Panics
+/// If the lengths disagree.
+pub fn hazmat_share_with_randomness(
+    plain: &[u16],
+    randomness: &[GaloisRingElement],
+    out: [&mut [u16]; PARTIES],
+) {
+    assert_eq!(plain.len(), 4 * randomness.len());
+    let [o0, o1, o2] = out;
+    assert!(o0.len() == plain.len() && o1.len() == plain.len() && o2.len() == plain.len());
+    for (e, (a, &r)) in plain.chunks_exact(4).zip(randomness).enumerate() {
+        let shares = share_element(&[a[0], a[1], a[2], a[3]], r);
+        o0[4 * e..4 * e + 4].copy_from_slice(&shares[0].0);
+        o1[4 * e..4 * e + 4].copy_from_slice(&shares[1].0);
+        o2[4 * e..4 * e + 4].copy_from_slice(&shares[2].0);
+    }
+}
+
+/// Shares one eye for the three parties into `out[party]`.
+pub fn share_eye<R: RngCore + CryptoRng>(
+    rng: &mut R,
+    template: &IrisTemplate,
+    out: &mut [EyeShares; PARTIES],
+) {
+    let mut plain = [0u16; CODE_COEFS];
+    code_coefs(template, &mut plain);
+    share_with_sink(rng, &plain, |e, shares| {
+        for (o, s) in out.iter_mut().zip(shares) {
+            o.code.0[4 * e..4 * e + 4].copy_from_slice(&s.0);
+        }
+    });
+    let mut mask = [0u16; MASK_COEFS];
+    mask_coefs(template, &mut mask);
+    share_with_sink(rng, &mask, |e, shares| {
+        for (o, s) in out.iter_mut().zip(shares) {
+            o.mask.0[4 * e..4 * e + 4].copy_from_slice(&s.0);
+        }
+    });
+    plain.zeroize();
+    mask.zeroize();
+}
+
+/// Reconstructs plain coefficients (basis A) from the shares of two distinct parties.
+/// For tests and auditors: a node never holds two shares.
+///
+/// # Panics
+/// If the parties are equal or the lengths disagree.
+pub fn reconstruct(
+    (p, share_p): (PartyId, &[u16]),
+    (q, share_q): (PartyId, &[u16]),
+    out: &mut [u16],
+) {
+    assert_ne!(p, q);
+    assert!(share_p.len() == out.len() && share_q.len() == out.len() && out.len() % 4 == 0);
+    let (ap, aq) = (EVALUATION_POINTS[p.index()], EVALUATION_POINTS[q.index()]);
+    // f(0) = mu_p f(a_p) + mu_q f(a_q), mu_p = a_q / (a_q - a_p), mu_q = a_p / (a_p - a_q).
+    // Differences of distinct evaluation points are units, so the inverses exist.
+    let inv = |e: GaloisRingElement| e.inverse_vartime().unwrap_or(GaloisRingElement::ZERO);
+    let mu_p = aq * inv(aq - ap);
+    let mu_q = ap * inv(ap - aq);
+    for ((o, sp), sq) in out
+        .chunks_exact_mut(4)
+        .zip(share_p.chunks_exact(4))
+        .zip(share_q.chunks_exact(4))
+    {
+        let sp = GaloisRingElement([sp[0], sp[1], sp[2], sp[3]]);
+        let sq = GaloisRingElement([sq[0], sq[1], sq[2], sq[3]]);
+        o.copy_from_slice(&(mu_p * sp + mu_q * sq).to_basis_a());
+    }
+}
+
+#[cfg(test)]
+mod tests;
