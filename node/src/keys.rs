@@ -195,21 +195,21 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
             force,
         )?;
 
-        let hpke = x25519_dalek::StaticSecret::random_from_rng(OsRng);
-        let hpke_pub = x25519_dalek::PublicKey::from(&hpke);
+        let hpke = sdk_orb::keys::NodeSecretKey::generate(&mut OsRng);
+        let hpke_pub = hpke.public_key().to_bytes();
         write_file(
             &out.party_file(party, "hpke.key"),
-            hex_line(hpke.as_bytes()).as_bytes(),
+            hex_line(&hpke.to_bytes()[..]).as_bytes(),
             true,
             force,
         )?;
         write_file(
             &out.party_file(party, "hpke.pub"),
-            hex_line(hpke_pub.as_bytes()).as_bytes(),
+            hex_line(&hpke_pub).as_bytes(),
             false,
             force,
         )?;
-        hpke_pubs.extend_from_slice(hpke_pub.as_bytes());
+        hpke_pubs.extend_from_slice(&hpke_pub);
 
         let sign = ed25519_dalek::SigningKey::generate(&mut OsRng);
         write_file(
@@ -227,7 +227,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
         )?;
         bundle.push_str(&format!(
             "[party{party}]\nhpke_public = \"{}\"\nresult_verifying = \"{}\"\n",
-            hex::encode(hpke_pub.as_bytes()),
+            hex::encode(hpke_pub),
             hex::encode(verify.as_bytes())
         ));
     }
@@ -239,10 +239,10 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
         force,
     )?;
 
-    let orb = ed25519_dalek::SigningKey::generate(&mut OsRng);
+    let orb = sdk_orb::keys::OrbSigningKey::generate(&mut OsRng);
     write_file(
         &out.orb_signing_key(),
-        hex_line(orb.as_bytes()).as_bytes(),
+        hex_line(&orb.to_bytes()[..]).as_bytes(),
         true,
         force,
     )?;

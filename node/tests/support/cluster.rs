@@ -1,0 +1,275 @@
+//! Three real nodes in this process: keygen-made certificates, TLS, redb
+//! stores in a temporary directory, listeners on 127.0.0.1 port 0.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ocelli_node::batch::BatchEvaluator;
+use ocelli_node::client::OrbClient;
+use ocelli_node::config::NodeConfig;
+use ocelli_node::keys::{keygen, read_key32, sample_config, KeygenOptions, KeygenOutput};
+use ocelli_node::node::{now_ms, NodeState};
+use ocelli_node::server::{self, Listeners};
+use ocelli_node::store::StoreSummary;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
+use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
+use sdk_orb::{RequestId, RequestType};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+pub struct Running {
+    pub state: Arc<NodeState>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), ocelli_node::node::StartError>>,
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub keys: KeygenOutput,
+    pub configs: Vec<NodeConfig>,
+    pub nodes: Vec<Option<Running>>,
+    pub orb: OrbSigningKey,
+    pub node_keys: NodePublicKeys,
+    pub evaluator: Arc<dyn BatchEvaluator>,
+    pub rng: ChaCha20Rng,
+}
+
+async fn bind0() -> Res<TcpListener> {
+    Ok(TcpListener::bind("127.0.0.1:0").await?)
+}
+
+async fn bind_again(addr: SocketAddr) -> Res<TcpListener> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) if Instant::now() > deadline => return Err(e.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Keygen into a fresh directory; configs whose addresses are the given listeners.
+pub fn configs_for(
+    dir: &Path,
+    addrs: &[(SocketAddr, SocketAddr, SocketAddr); 3],
+    tweak: &dyn Fn(&mut NodeConfig),
+) -> Res<(KeygenOutput, Vec<NodeConfig>)> {
+    let keys = keygen(&KeygenOptions::local(dir.join("keys")))?;
+    let mut configs = Vec::new();
+    for party in 0u8..3 {
+        let mut c = NodeConfig::from_toml(&sample_config(party, 1))?;
+        c.resolve_paths(&keys.dir);
+        c.data_dir = dir.join(format!("data{party}"));
+        let (o, p, m) = addrs[party as usize];
+        c.listen.orb = o;
+        c.listen.peer = p;
+        c.listen.metrics = m;
+        for peer in &mut c.peers {
+            peer.address = addrs[peer.party_id as usize].1;
+        }
+        c.batch.interval_ms = 20;
+        c.batch.request_timeout_ms = 3_000;
+        c.batch.peer_rpc_timeout_ms = 2_000;
+        tweak(&mut c);
+        c.validate()?;
+        configs.push(c);
+    }
+    Ok((keys, configs))
+}
+
+impl Cluster {
+    pub async fn start(evaluator: Arc<dyn BatchEvaluator>) -> Res<Self> {
+        Self::start_with(evaluator, &|_| {}).await
+    }
+
+    pub async fn start_with(
+        evaluator: Arc<dyn BatchEvaluator>,
+        tweak: &dyn Fn(&mut NodeConfig),
+    ) -> Res<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut listeners = Vec::new();
+        let mut addrs = Vec::new();
+        for _ in 0..3 {
+            let l = Listeners {
+                orb: bind0().await?,
+                peer: bind0().await?,
+                metrics: bind0().await?,
+            };
+            addrs.push(l.addrs()?);
+            listeners.push(l);
+        }
+        let addrs: [_; 3] = [addrs[0], addrs[1], addrs[2]];
+        let (keys, configs) = configs_for(dir.path(), &addrs, tweak)?;
+        let orb = OrbSigningKey::from_bytes(&*read_key32(&keys.orb_signing_key())?);
+        let pk: [u8; 96] = std::fs::read(keys.public_keys())?
+            .try_into()
+            .map_err(|_| "bundle length")?;
+        let node_keys = NodePublicKeys::from_bytes(&pk).map_err(|_| "bundle")?;
+        let mut c = Self {
+            dir,
+            keys,
+            configs,
+            nodes: vec![None, None, None],
+            orb,
+            node_keys,
+            evaluator,
+            rng: ChaCha20Rng::seed_from_u64(7),
+        };
+        for (i, l) in listeners.into_iter().enumerate() {
+            c.start_node(i, l).await?;
+        }
+        Ok(c)
+    }
+
+    pub async fn start_node(&mut self, i: usize, listeners: Listeners) -> Res {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // The previous instance may still be closing its store.
+        let state = loop {
+            let cfg = self.configs[i].clone();
+            let ev = self.evaluator.clone();
+            match tokio::task::spawn_blocking(move || NodeState::open(cfg, ev)).await? {
+                Ok(s) => break s,
+                Err(e) if Instant::now() > deadline => return Err(e.into()),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let (stop, rx) = oneshot::channel();
+        let task = tokio::spawn(server::run(state.clone(), listeners, async move {
+            let _ = rx.await;
+        }));
+        self.nodes[i] = Some(Running { state, stop, task });
+        Ok(())
+    }
+
+    pub async fn stop_node(&mut self, i: usize) -> Res {
+        if let Some(r) = self.nodes[i].take() {
+            let _ = r.stop.send(());
+            r.task.await??;
+            drop(r.state);
+        }
+        Ok(())
+    }
+
+    pub async fn restart_node(&mut self, i: usize) -> Res {
+        self.stop_node(i).await?;
+        let c = &self.configs[i];
+        let l = Listeners {
+            orb: bind_again(c.listen.orb).await?,
+            peer: bind_again(c.listen.peer).await?,
+            metrics: bind_again(c.listen.metrics).await?,
+        };
+        self.start_node(i, l).await
+    }
+
+    pub async fn stop_all(&mut self) -> Res {
+        for i in 0..3 {
+            self.stop_node(i).await?;
+        }
+        Ok(())
+    }
+
+    pub fn state(&self, i: usize) -> &Arc<NodeState> {
+        &self.nodes[i].as_ref().expect("node running").state
+    }
+
+    pub fn client(&self, i: usize) -> OrbClient {
+        OrbClient::new(
+            self.configs[i].listen.orb,
+            "localhost",
+            &self.keys.ca_cert(),
+        )
+        .expect("client")
+    }
+
+    pub fn meta(&mut self, t: RequestType, serial_id: u64, timestamp_ms: u64) -> RequestMeta {
+        RequestMeta {
+            request_id: RequestId::random(&mut self.rng),
+            request_type: t,
+            timestamp_ms,
+            serial_id,
+            or_policy: false,
+        }
+    }
+
+    /// A fresh, valid uniqueness envelope.
+    pub fn envelope(&mut self) -> Vec<u8> {
+        let meta = self.meta(RequestType::Uniqueness, 0, now_ms());
+        self.seal(&meta)
+    }
+
+    pub fn seal(&mut self, meta: &RequestMeta) -> Vec<u8> {
+        let left = sdk_orb::template::random(&mut self.rng, 0.1);
+        let right = sdk_orb::template::random(&mut self.rng, 0.1);
+        seal_envelope_to_vec(
+            &mut self.rng,
+            meta,
+            &left,
+            &right,
+            &self.node_keys,
+            &self.orb,
+        )
+        .expect("seal")
+    }
+
+    pub fn fingerprints(&self) -> Vec<[u8; 32]> {
+        (0..3)
+            .map(|i| self.state(i).store().fingerprint().expect("fingerprint"))
+            .collect()
+    }
+
+    pub fn summaries(&self) -> Vec<StoreSummary> {
+        (0..3)
+            .map(|i| self.state(i).store().summary().expect("summary"))
+            .collect()
+    }
+
+    /// Waits until no node has pending requests.
+    pub async fn wait_drained(&self, timeout: Duration) -> Res {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if (0..3).all(|i| self.state(i).pending_len() == 0) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let p: Vec<_> = (0..3).map(|i| self.state(i).pending_len()).collect();
+                return Err(format!("still pending after {timeout:?}: {p:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Submits to all three nodes; returns the three outcomes.
+    pub async fn submit_all(&self, env: &[u8]) -> Vec<Result<(), tonic::Status>> {
+        let mut out = Vec::new();
+        for i in 0..3 {
+            let mut c = self.client(i);
+            out.push(
+                c.orb
+                    .submit(shared_proto::v1::SubmitRequest {
+                        envelope: env.to_vec(),
+                    })
+                    .await
+                    .map(|_| ()),
+            );
+        }
+        out
+    }
+}
+
+/// The `ocelli-reject-reason` of a status.
+pub fn reason(s: &tonic::Status) -> String {
+    s.metadata()
+        .get(ocelli_node::intake::REJECT_REASON_KEY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
