@@ -1,0 +1,266 @@
+//! kill -9 a node (the real binary) during intake, restart it: the three
+//! stores agree again and nothing acknowledged is lost. Then SIGTERM: every
+//! node exits 0.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ocelli_node::client::OrbClient;
+use ocelli_node::keys::{keygen, read_key32, KeygenOptions};
+use ocelli_node::node::now_ms;
+use ocelli_node::store::{RedbStore, Store};
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
+use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
+use sdk_orb::{RequestId, RequestType};
+use shared_proto::v1::{HealthCheckRequest, SubmitRequest};
+
+type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn free_port() -> Res<u16> {
+    // Bind port 0, read the port, release it for the child to bind.
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+struct Node {
+    config: PathBuf,
+    orb: SocketAddr,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn spawn(&mut self) -> Res {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(env!("CARGO_BIN_EXE_ocelli-node"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .env("OCELLI_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn kill9(&mut self) -> Res {
+        if let Some(mut c) = self.child.take() {
+            c.kill()?; // SIGKILL
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    fn terminate(&mut self) -> Res<std::process::ExitStatus> {
+        let mut c = self.child.take().ok_or("not running")?;
+        let ok = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status()?;
+        assert!(ok.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(s) = c.try_wait()? {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                c.kill()?;
+                return Err("node did not exit after SIGTERM".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.kill9();
+    }
+}
+
+fn write_config(dir: &Path, keys: &Path, party: u8, ports: &[[u16; 3]; 3]) -> Res<PathBuf> {
+    let [o, p, m] = ports[party as usize];
+    let mut s = format!(
+        "party_id = {party}\ndata_dir = \"{}\"\n[listen]\norb = \"127.0.0.1:{o}\"\npeer = \"127.0.0.1:{p}\"\nmetrics = \"127.0.0.1:{m}\"\n\
+         [tls]\nca = \"{k}/ca.pem\"\ncert = \"{k}/party{party}/tls.pem\"\nkey = \"{k}/party{party}/tls.key.pem\"\n\
+         [keys]\nhpke_secret = \"{k}/party{party}/hpke.key\"\nresult_signing = \"{k}/party{party}/result-signing.key\"\n\
+         orb_allow_list = \"{k}/orb-allow-list.txt\"\n[batch]\ninterval_ms = 20\nrequest_timeout_ms = 60000\npeer_rpc_timeout_ms = 1000\n",
+        dir.join(format!("data{party}")).display(),
+        k = keys.display()
+    );
+    for peer in (0u8..3).filter(|&x| x != party) {
+        s.push_str(&format!(
+            "[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"{}/party{peer}/tls.pem\"\n",
+            ports[peer as usize][1],
+            keys.display()
+        ));
+    }
+    let path = dir.join(format!("party{party}.toml"));
+    std::fs::write(&path, s)?;
+    Ok(path)
+}
+
+async fn wait_ready(client: &OrbClient, timeout: Duration) -> Res {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut h = client.health.clone();
+        if let Ok(r) = h.check(HealthCheckRequest {}).await {
+            if r.into_inner().ready {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("node not ready in time".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Submits until acknowledged (OK) or known (ALREADY_EXISTS), retrying
+/// while the node is down.
+async fn submit_until_held(client: &OrbClient, env: &[u8]) -> Res {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut c = client.orb.clone();
+        match c
+            .submit(SubmitRequest {
+                envelope: env.to_vec(),
+            })
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(s) if s.code() == tonic::Code::AlreadyExists => return Ok(()),
+            Err(s) if Instant::now() > deadline => return Err(s.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
+    let dir = tempfile::tempdir()?;
+    let keys = keygen(&KeygenOptions::local(dir.path().join("keys")))?;
+    let mut ports = [[0u16; 3]; 3];
+    for p in &mut ports {
+        for x in p.iter_mut() {
+            *x = free_port()?;
+        }
+    }
+    let mut nodes = Vec::new();
+    for party in 0u8..3 {
+        let config = write_config(dir.path(), &keys.dir, party, &ports)?;
+        let orb: SocketAddr = format!("127.0.0.1:{}", ports[party as usize][0]).parse()?;
+        let mut n = Node {
+            config,
+            orb,
+            log: dir.path().join(format!("party{party}.log")),
+            child: None,
+        };
+        n.spawn()?;
+        nodes.push(n);
+    }
+    let clients: Vec<OrbClient> = nodes
+        .iter()
+        .map(|n| OrbClient::new(n.orb, "localhost", &keys.ca_cert()))
+        .collect::<Result<_, _>>()?;
+    for c in &clients {
+        wait_ready(c, Duration::from_secs(30)).await?;
+    }
+
+    let orb = OrbSigningKey::from_bytes(&*read_key32(&keys.orb_signing_key())?);
+    let pk: [u8; 96] = std::fs::read(keys.public_keys())?
+        .try_into()
+        .map_err(|_| "bundle")?;
+    let node_keys = NodePublicKeys::from_bytes(&pk).map_err(|_| "bundle")?;
+    let mut rng = ChaCha20Rng::seed_from_u64(99);
+    const N: usize = 30;
+    let mut ids = Vec::new();
+    for k in 0..N {
+        let meta = RequestMeta {
+            request_id: RequestId::random(&mut rng),
+            request_type: RequestType::Uniqueness,
+            timestamp_ms: now_ms(),
+            serial_id: 0,
+            or_policy: false,
+        };
+        ids.push(meta.request_id.0);
+        let l = sdk_orb::template::random(&mut rng, 0.1);
+        let r = sdk_orb::template::random(&mut rng, 0.1);
+        let env = seal_envelope_to_vec(&mut rng, &meta, &l, &r, &node_keys, &orb)?;
+        if k == N / 3 {
+            // Crash party 1 while submissions to it are in flight.
+            let c1 = clients[1].clone();
+            let e1 = env.clone();
+            let inflight = tokio::spawn(async move {
+                let mut c = c1.orb.clone();
+                c.submit(SubmitRequest { envelope: e1 }).await
+            });
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            nodes[1].kill9()?;
+            let _ = inflight.await?;
+        }
+        if k == N / 3 + 3 {
+            nodes[1].spawn()?;
+        }
+        let mut tasks = Vec::new();
+        for c in &clients {
+            let c = c.clone();
+            let e = env.clone();
+            tasks.push(tokio::spawn(async move { submit_until_held(&c, &e).await }));
+        }
+        // Parties 0 and 2 must acknowledge now; party 1 may be down.
+        for (i, t) in tasks.into_iter().enumerate() {
+            if i == 1 && nodes[1].child.is_none() {
+                drop(t);
+                continue;
+            }
+            t.await??;
+        }
+    }
+    // Submissions to party 1 made while it was down keep retrying in the
+    // background (an orb retrying until its request is held) and land now.
+    wait_ready(&clients[1], Duration::from_secs(30)).await?;
+    // Wait until every node has answered everything.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut pending = 0;
+        for c in &clients {
+            let mut h = c.health.clone();
+            pending += h.check(HealthCheckRequest {}).await?.into_inner().pending;
+        }
+        if pending == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{pending} still pending").into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Graceful stop: exit status 0.
+    for n in &mut nodes {
+        let status = n.terminate()?;
+        assert!(status.success(), "exit status {status:?}");
+    }
+    // The three stores agree, and hold every request acknowledged by parties 0 and 2.
+    let mut summaries = Vec::new();
+    for party in 0..3 {
+        let s = RedbStore::open(&dir.path().join(format!("data{party}")))?;
+        summaries.push(s.summary()?);
+    }
+    assert_eq!(summaries[0], summaries[1]);
+    assert_eq!(summaries[1], summaries[2]);
+    for id in &ids {
+        let (_, state, result) = summaries[0].requests.get(id).ok_or("request lost")?;
+        assert_eq!(*state, 2, "request final");
+        assert!(result.is_some());
+    }
+    Ok(())
+}
