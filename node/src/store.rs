@@ -123,13 +123,24 @@ pub struct StoredBatch {
     pub results_digest: [u8; 32],
 }
 
+/// One request in a [`StoreSummary`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestSummary {
+    /// Envelope digest.
+    pub digest: Vec<u8>,
+    /// [`RequestState`] as u32.
+    pub state: u32,
+    /// Encoded `NodeResult` (without the node's signature), if final.
+    pub result: Option<Vec<u8>>,
+}
+
 /// What must be identical on all three nodes (for tests and audits): per
 /// request the digest, state and result (without the node's signature), plus
 /// the enrolled serial ids and counters.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct StoreSummary {
-    /// request id -> (digest, state, encoded `NodeResult` if final).
-    pub requests: BTreeMap<[u8; 16], (Vec<u8>, u32, Option<Vec<u8>>)>,
+    /// By request id.
+    pub requests: BTreeMap<[u8; 16], RequestSummary>,
     /// Enrolled serial ids.
     pub serials: Vec<u64>,
     /// Counters.

@@ -40,9 +40,8 @@ async fn accepted_envelopes_are_stored_identically_and_answered_not_evaluated() 
         s[0].serials.is_empty(),
         "nothing may be enrolled unevaluated"
     );
-    for (_, (_, _, result)) in &s[0].requests {
-        let r: shared_proto::v1::NodeResult =
-            prost::Message::decode(result.as_deref().ok_or("missing result")?)?;
+    for r in s[0].requests.values() {
+        let r = NodeResult::decode(r.result.as_deref().ok_or("missing result")?)?;
         assert_eq!(r.status, ResultStatus::NotEvaluated as i32);
     }
     c.stop_all().await?;

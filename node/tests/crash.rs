@@ -258,9 +258,9 @@ async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
     assert_eq!(summaries[0], summaries[1]);
     assert_eq!(summaries[1], summaries[2]);
     for id in &ids {
-        let (_, state, result) = summaries[0].requests.get(id).ok_or("request lost")?;
-        assert_eq!(*state, 2, "request final");
-        assert!(result.is_some());
+        let r = summaries[0].requests.get(id).ok_or("request lost")?;
+        assert_eq!(r.state, 2, "request final");
+        assert!(r.result.is_some());
     }
     Ok(())
 }

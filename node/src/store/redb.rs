@@ -9,8 +9,8 @@ use redb::{
 use sha2::{Digest, Sha256};
 
 use super::{
-    BatchWrite, Meta, RequestRecord, RequestState, ShareWrite, Store, StoreError, StoreSummary,
-    StoredBatch,
+    BatchWrite, Meta, RequestRecord, RequestState, RequestSummary, ShareWrite, Store, StoreError,
+    StoreSummary, StoredBatch,
 };
 use crate::ids::{RequestId, SerialId};
 use crate::shares::StoredShares;
@@ -278,7 +278,14 @@ impl Store for RedbStore {
                         .result,
                 ),
             };
-            s.requests.insert(id.0, (rec.digest, rec.state, result));
+            s.requests.insert(
+                id.0,
+                RequestSummary {
+                    digest: rec.digest,
+                    state: rec.state,
+                    result,
+                },
+            );
         }
         let shares = txn.open_table(SHARES).map_err(be)?;
         for item in shares.iter().map_err(be)? {
