@@ -1,7 +1,7 @@
-//! Orb-side SDK of ocelli: from a left and a right iris template to three sealed, signed
-//! share sets, one per node, and the opening side the nodes and auditors use.
+#![doc = include_str!("../README.md")]
 //!
-//! The contract:
+//! ## Contract
+//!
 //! - `#![no_std]`; the core needs no allocator. Functions that produce large outputs write into
 //!   caller-provided buffers. The `alloc` feature adds boxed convenience versions.
 //! - Every function that samples takes the caller's RNG (`RngCore + CryptoRng`): plug the orb's

@@ -5,10 +5,9 @@ use rand_core::SeedableRng;
 use std::string::String;
 use std::vec::Vec;
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/vectors/open-iris"
-);
+/// A copy of `shared/vectors/open-iris`, so the tests run without the shared folder; CI checks
+/// that the copy is current.
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/open-iris");
 
 fn fixture(name: &str) -> serde_json::Value {
     let path = std::format!("{FIXTURES}/{name}");

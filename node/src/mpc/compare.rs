@@ -1,0 +1,135 @@
+//! The comparison phase: from additive dot-product shares `(cd, md)` over Z_{2^16} to a shared
+//! match bit per comparison, and the OR/AND trees over rotations, eyes and the database.
+//!
+//! Per comparison: reshare (1 round); MPCLift of `md` to Z_{2^32}: full adder (1), carry tree
+//! over 15 positions (5), bit injection of two carry bits (2); `x = A md - 2^16 cd` locally;
+//! MSB of `x`: full adder (1), carry tree over 30 positions (6). `MSB(x) = 1` iff
+//! `2^16 cd > A md`: strict, so `md = 0` never matches.
+
+use super::binary::{carry_into, carry_save};
+use super::bits::words_for;
+use super::inject::inject_bits;
+use super::network::{NetworkError, Transport};
+use super::session::Session;
+use super::share::Replicated;
+
+/// Lifts replicated shares of `md` from Z_{2^16} to Z_{2^32} (MPCLift). The components summed
+/// as integers give `S = md + 2^16 (c_15 + C_16)`, where `c_15` is the top carry of the full
+/// adder and `C_16` the carry into bit 16; both bits are injected and subtracted.
+///
+/// # Errors
+/// Transport failures.
+pub fn lift<T: Transport>(
+    session: &mut Session<'_, T>,
+    md: &Replicated<u16>,
+) -> Result<Replicated<u32>, NetworkError> {
+    let n = md.len();
+    let w = words_for(n);
+    let cs = carry_save(session, md, 16)?;
+    let c16 = carry_into(session, &cs, 16)?;
+    let c15 = cs.c(15);
+    let injected = inject_bits(session, &Replicated::concat(&[&c15, &c16]))?;
+    let overflow = |comp: &[u16]| -> Vec<u32> {
+        (0..n)
+            .map(|e| u32::from(comp[e].wrapping_add(comp[64 * w + e])) << 16)
+            .collect()
+    };
+    let (o_own, o_prev) = (overflow(&injected.own), overflow(&injected.prev));
+    Ok(Replicated::new(
+        (0..n)
+            .map(|e| u32::from(md.own[e]).wrapping_sub(o_own[e]))
+            .collect(),
+        (0..n)
+            .map(|e| u32::from(md.prev[e]).wrapping_sub(o_prev[e]))
+            .collect(),
+    ))
+}
+
+/// The most significant bit of shared 32-bit values, as one bit plane.
+///
+/// # Errors
+/// Transport failures.
+pub fn msb<T: Transport>(
+    session: &mut Session<'_, T>,
+    x: &Replicated<u32>,
+) -> Result<Replicated<u64>, NetworkError> {
+    let cs = carry_save(session, x, 32)?;
+    let carry = carry_into(session, &cs, 31)?;
+    Ok(cs.s(31).xor(&cs.c(30)).xor(&carry))
+}
+
+/// Shared match bits (one plane) for additive dot-product shares: `2^16 cd > A md`.
+///
+/// # Errors
+/// Transport failures.
+///
+/// # Panics
+/// If the two inputs differ in length.
+pub fn match_bits<T: Transport>(
+    session: &mut Session<'_, T>,
+    cd: &[u16],
+    md: &[u16],
+    a: u32,
+) -> Result<Replicated<u64>, NetworkError> {
+    assert_eq!(cd.len(), md.len());
+    let n = cd.len();
+    let both: Vec<u16> = cd.iter().chain(md).copied().collect();
+    let shared = session.reshare_u16(&both)?;
+    let cd = shared.slice(0..n);
+    let md = shared.slice(n..2 * n);
+    let md32 = lift(session, &md)?;
+    let x = |m: &[u32], c: &[u16]| -> Vec<u32> {
+        m.iter()
+            .zip(c)
+            .map(|(&m, &c)| a.wrapping_mul(m).wrapping_sub(u32::from(c) << 16))
+            .collect()
+    };
+    let x = Replicated::new(x(&md32.own, &cd.own), x(&md32.prev, &cd.prev));
+    msb(session, &x)
+}
+
+/// OR of shared bit vectors: `x ^ y ^ (x & y)`. One round.
+///
+/// # Errors
+/// Transport failures.
+pub fn or<T: Transport>(
+    session: &mut Session<'_, T>,
+    x: &Replicated<u64>,
+    y: &Replicated<u64>,
+) -> Result<Replicated<u64>, NetworkError> {
+    Ok(x.xor(y).xor(&session.and(x, y)?))
+}
+
+/// ORs `groups` equal-length blocks of `x` together (block `g` = words `g*w..(g+1)*w`) with a
+/// balanced tree, one round per level; returns one block.
+///
+/// # Errors
+/// Transport failures.
+///
+/// # Panics
+/// If `x` is not `groups` blocks long.
+pub fn or_blocks<T: Transport>(
+    session: &mut Session<'_, T>,
+    x: &Replicated<u64>,
+    groups: usize,
+) -> Result<Replicated<u64>, NetworkError> {
+    assert!(groups > 0 && x.len() % groups == 0);
+    let w = x.len() / groups;
+    let mut current = x.clone();
+    let mut count = groups;
+    while count > 1 {
+        let half = count / 2;
+        let lo = current.slice(0..half * w);
+        let hi = current.slice(half * w..2 * half * w);
+        let mut merged = or(session, &lo, &hi)?;
+        if count % 2 == 1 {
+            merged = Replicated::concat(&[&merged, &current.slice(2 * half * w..count * w)]);
+        }
+        current = merged;
+        count = half + count % 2;
+    }
+    Ok(current)
+}
+
+#[cfg(test)]
+mod tests;

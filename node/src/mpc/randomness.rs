@@ -1,0 +1,152 @@
+//! Correlated randomness: one PRF stream shared with each neighbour.
+//!
+//! The seed a pair of nodes shares comes from their static X25519 keys and fresh nonces both
+//! contribute at every start ([`pair_seed`]), so restarting a node never replays a stream.
+//! Streams are ChaCha12 keyed by the seed. Both holders of a stream draw the same amounts in
+//! the same order: every protocol step documents what it draws.
+
+use hkdf::Hkdf;
+use rand_chacha::ChaCha12Rng;
+use rand_core::{RngCore, SeedableRng};
+use sha2::Sha256;
+use zeroize::Zeroizing;
+
+use sdk_orb::PartyId;
+
+/// HKDF info prefix of pairwise seeds.
+pub const SEED_INFO: &[u8] = b"ocelli/prf-seed/v1";
+
+/// The seed shared by parties `a` and `b`: HKDF-SHA256 with the X25519 shared secret of their
+/// static keys as input key material, both parties' per-start nonces (lower id first) as salt,
+/// and the pair's ids as info. Either party computes the same value.
+pub fn pair_seed(
+    me: PartyId,
+    my_secret: &x25519_dalek::StaticSecret,
+    peer: PartyId,
+    peer_public: &x25519_dalek::PublicKey,
+    my_nonce: &[u8; 32],
+    peer_nonce: &[u8; 32],
+) -> Zeroizing<[u8; 32]> {
+    let shared = my_secret.diffie_hellman(peer_public);
+    let (low, high) = if me < peer {
+        ((me, my_nonce), (peer, peer_nonce))
+    } else {
+        ((peer, peer_nonce), (me, my_nonce))
+    };
+    let mut salt = [0u8; 64];
+    salt[..32].copy_from_slice(low.1);
+    salt[32..].copy_from_slice(high.1);
+    let hk = Hkdf::<Sha256>::new(Some(&salt), shared.as_bytes());
+    let mut info = [0u8; SEED_INFO.len() + 2];
+    info[..SEED_INFO.len()].copy_from_slice(SEED_INFO);
+    info[SEED_INFO.len()] = low.0.get();
+    info[SEED_INFO.len() + 1] = high.0.get();
+    let mut seed = Zeroizing::new([0u8; 32]);
+    // 32 bytes is far below HKDF-SHA256's output limit.
+    hk.expand(&info, seed.as_mut())
+        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    seed
+}
+
+/// One party's two PRF streams: shared with the next party and with the previous one.
+pub struct CorrelatedRandomness {
+    next: ChaCha12Rng,
+    prev: ChaCha12Rng,
+}
+
+impl core::fmt::Debug for CorrelatedRandomness {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CorrelatedRandomness").finish_non_exhaustive()
+    }
+}
+
+/// Fills `n` words of a type from a stream.
+fn draw<const B: usize, T>(rng: &mut ChaCha12Rng, n: usize, from: fn([u8; B]) -> T) -> Vec<T> {
+    let mut bytes = Zeroizing::new(vec![0u8; n * B]);
+    rng.fill_bytes(&mut bytes);
+    bytes
+        .chunks_exact(B)
+        .map(|c| {
+            let mut b = [0u8; B];
+            b.copy_from_slice(c);
+            from(b)
+        })
+        .collect()
+}
+
+impl CorrelatedRandomness {
+    /// From the seed shared with the next party and the one shared with the previous party.
+    pub fn from_seeds(next: &[u8; 32], prev: &[u8; 32]) -> CorrelatedRandomness {
+        CorrelatedRandomness {
+            next: ChaCha12Rng::from_seed(*next),
+            prev: ChaCha12Rng::from_seed(*prev),
+        }
+    }
+
+    /// `n` u16 from the stream shared with the next party.
+    pub fn next_u16(&mut self, n: usize) -> Vec<u16> {
+        draw(&mut self.next, n, u16::from_le_bytes)
+    }
+
+    /// `n` u16 from the stream shared with the previous party.
+    pub fn prev_u16(&mut self, n: usize) -> Vec<u16> {
+        draw(&mut self.prev, n, u16::from_le_bytes)
+    }
+
+    /// An additive zero-sharing over Z_{2^16}: `next - prev`, so the three parties' values sum
+    /// to zero. Draws `n` u16 from each stream.
+    pub fn zero_u16(&mut self, n: usize) -> Vec<u16> {
+        let a = self.next_u16(n);
+        let b = self.prev_u16(n);
+        a.iter().zip(&b).map(|(x, y)| x.wrapping_sub(*y)).collect()
+    }
+
+    /// An XOR zero-sharing of `n` words: `next ^ prev`. Draws `n` u64 from each stream.
+    pub fn zero_bits(&mut self, n: usize) -> Vec<u64> {
+        let a = draw(&mut self.next, n, u64::from_le_bytes);
+        let b = draw(&mut self.prev, n, u64::from_le_bytes);
+        a.iter().zip(&b).map(|(x, y)| x ^ y).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_ends_of_a_pair_derive_the_same_seed_and_other_pairs_differ() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        let keys: Vec<x25519_dalek::StaticSecret> = (0..3)
+            .map(|_| x25519_dalek::StaticSecret::random_from_rng(&mut rng))
+            .collect();
+        let public: Vec<x25519_dalek::PublicKey> = keys.iter().map(Into::into).collect();
+        let nonces = [[1u8; 32], [2u8; 32], [3u8; 32]];
+        let p = PartyId::ALL;
+        let seed = |a: usize, b: usize| {
+            pair_seed(p[a], &keys[a], p[b], &public[b], &nonces[a], &nonces[b])
+        };
+        assert_eq!(*seed(0, 1), *seed(1, 0));
+        assert_eq!(*seed(1, 2), *seed(2, 1));
+        assert_ne!(*seed(0, 1), *seed(1, 2));
+        // A fresh nonce gives a fresh seed.
+        let fresh = pair_seed(p[0], &keys[0], p[1], &public[1], &[9; 32], &nonces[1]);
+        assert_ne!(*fresh, *seed(0, 1));
+    }
+
+    #[test]
+    fn zero_sharings_sum_to_zero() {
+        let seeds = [[1u8; 32], [2u8; 32], [3u8; 32]]; // seeds[i]: pair (i, i+1)
+        let mut r: Vec<CorrelatedRandomness> = (0..3)
+            .map(|i| CorrelatedRandomness::from_seeds(&seeds[i], &seeds[(i + 2) % 3]))
+            .collect();
+        let z: Vec<Vec<u16>> = r.iter_mut().map(|r| r.zero_u16(100)).collect();
+        for j in 0..100 {
+            assert_eq!(z[0][j].wrapping_add(z[1][j]).wrapping_add(z[2][j]), 0);
+        }
+        let b: Vec<Vec<u64>> = r.iter_mut().map(|r| r.zero_bits(10)).collect();
+        for j in 0..10 {
+            assert_eq!(b[0][j] ^ b[1][j] ^ b[2][j], 0);
+        }
+        assert!(z[0].iter().any(|&v| v != 0));
+    }
+}

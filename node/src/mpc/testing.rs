@@ -1,0 +1,92 @@
+//! Test harness: three parties on threads over the in-memory network, and helpers that play
+//! the ideal functionality (share and open in the clear).
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use sdk_orb::PartyId;
+
+use super::network::{in_memory_network, InMemoryTransport};
+use super::randomness::CorrelatedRandomness;
+use super::session::{Session, Traffic};
+use super::share::Replicated;
+
+/// Runs `f` as each of the three parties concurrently; returns their results and traffic.
+pub fn run_three<R: Send>(
+    seed: u64,
+    f: impl Fn(&mut Session<'_, InMemoryTransport>) -> R + Sync,
+) -> [(R, Traffic); 3] {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    // seeds[i] is shared by parties i and i+1.
+    let seeds: [[u8; 32]; 3] = core::array::from_fn(|_| {
+        let mut s = [0u8; 32];
+        rng.fill_bytes(&mut s);
+        s
+    });
+    let transports = in_memory_network();
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = transports
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut transport)| {
+                let seeds = seeds;
+                scope.spawn(move || {
+                    let mut randomness =
+                        CorrelatedRandomness::from_seeds(&seeds[i], &seeds[(i + 2) % 3]);
+                    let mut session = Session::new(PartyId::ALL[i], &mut transport, &mut randomness);
+                    let out = f(&mut session);
+                    (out, session.traffic())
+                })
+            })
+            .collect();
+        let mut results: Vec<(R, Traffic)> = handles
+            .into_iter()
+            .map(|h| h.join().expect("party thread panicked"))
+            .collect();
+        let c = results.pop().expect("three");
+        let b = results.pop().expect("three");
+        let a = results.pop().expect("three");
+        [a, b, c]
+    })
+}
+
+/// Additive shares of `values` over Z_{2^16}.
+pub fn additive_u16(rng: &mut ChaCha20Rng, values: &[u16]) -> [Vec<u16>; 3] {
+    let r0: Vec<u16> = values.iter().map(|_| rng.next_u32() as u16).collect();
+    let r1: Vec<u16> = values.iter().map(|_| rng.next_u32() as u16).collect();
+    let r2 = values
+        .iter()
+        .zip(r0.iter().zip(&r1))
+        .map(|(v, (a, b))| v.wrapping_sub(*a).wrapping_sub(*b))
+        .collect();
+    [r0, r1, r2]
+}
+
+/// Opens replicated bit shares, checking that the parties hold consistent components.
+pub fn open_bits(shares: [&Replicated<u64>; 3]) -> Vec<u64> {
+    for i in 0..3 {
+        assert_eq!(
+            shares[i].prev,
+            shares[(i + 2) % 3].own,
+            "party {i}'s prev component differs from party {}'s own",
+            (i + 2) % 3
+        );
+    }
+    (0..shares[0].len())
+        .map(|j| shares[0].own[j] ^ shares[1].own[j] ^ shares[2].own[j])
+        .collect()
+}
+
+/// Opens replicated u32 shares, checking consistency.
+pub fn open_u32(shares: [&Replicated<u32>; 3]) -> Vec<u32> {
+    for i in 0..3 {
+        assert!(shares[i].prev == shares[(i + 2) % 3].own, "inconsistent components");
+    }
+    (0..shares[0].len())
+        .map(|j| {
+            shares[0].own[j]
+                .wrapping_add(shares[1].own[j])
+                .wrapping_add(shares[2].own[j])
+        })
+        .collect()
+}
