@@ -77,6 +77,9 @@ pub struct PeerConfig {
     pub address: SocketAddr,
     /// The only certificate accepted from it (PEM).
     pub cert: PathBuf,
+    /// Name to verify its certificate against (default: the address's IP).
+    #[serde(default)]
+    pub server_name: Option<String>,
 }
 
 /// Envelope intake limits.

@@ -264,3 +264,33 @@ async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
     }
     Ok(())
 }
+
+#[test]
+fn keygen_cli_writes_a_deployment() -> Res {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir()?;
+    let out_dir = dir.path().join("keys");
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_ocelli-node"))
+            .arg("keygen")
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+    };
+    let out = run()?;
+    assert!(out.status.success(), "{out:?}");
+    for f in [
+        "party1/hpke.key",
+        "party2/tls.key.pem",
+        "orb/orb-signing.key",
+        "ca.key.pem",
+    ] {
+        let mode = std::fs::metadata(out_dir.join(f))?.permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{f}");
+    }
+    let cfg = ocelli_node::config::NodeConfig::load(&out_dir.join("party1.toml"))?;
+    assert_eq!(cfg.party_id, 1);
+    // Refuses to overwrite without --force.
+    assert!(!run()?.status.success());
+    Ok(())
+}

@@ -36,9 +36,13 @@ impl Peers {
                 .peer_clients
                 .get(&p.party_id)
                 .ok_or_else(|| format!("no TLS client config for party {}", p.party_id))?;
+            let name = p
+                .server_name
+                .clone()
+                .unwrap_or_else(|| p.address.ip().to_string());
             let ch = crate::tls::channel(
                 p.address,
-                &p.address.ip().to_string(),
+                &name,
                 cfg.clone(),
                 state.config.batch.peer_rpc_timeout(),
             )
@@ -56,12 +60,14 @@ impl Peers {
 /// (committed, or aborted and left pending) before returning.
 pub async fn run(state: Arc<NodeState>, peers: Peers, mut shutdown: watch::Receiver<bool>) {
     let interval = state.config.batch.interval();
+    let mut committed_last = false;
     loop {
         if *shutdown.borrow() {
             break;
         }
+        // Go again at once only after a committed round with a full queue.
         let full = state.pending_len() >= state.config.batch.max_size;
-        if !full {
+        if !(full && committed_last) {
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
                 _ = state.batch_wakeup.notified() => {}
@@ -71,7 +77,9 @@ pub async fn run(state: Arc<NodeState>, peers: Peers, mut shutdown: watch::Recei
                 break;
             }
         }
-        match round(&state, &peers).await {
+        let r = round(&state, &peers).await;
+        committed_last = matches!(r, Ok(Round::Committed { .. }));
+        match r {
             Ok(Round::Idle) => {}
             Ok(Round::Committed { batch_id, size }) => {
                 tracing::debug!(batch_id, size, "batch committed");
