@@ -54,3 +54,33 @@ pub fn verify_result(
         .map_err(|_| "bad signature")?;
     NodeResult::decode(signed.result.as_slice()).map_err(|_| "undecodable result")
 }
+
+/// Accepts a result only as the DESIGN says a client must: three results
+/// from parties 0, 1 and 2, each validly signed by that party's key
+/// (`keys[party]`), with identical result bytes.
+///
+/// # Errors
+/// A missing or duplicate party, a bad signature, or results that differ.
+pub fn agree(
+    results: &[SignedResult],
+    keys: &[ed25519_dalek::VerifyingKey; 3],
+) -> Result<NodeResult, &'static str> {
+    if results.len() != 3 {
+        return Err("need exactly three results");
+    }
+    let mut seen = [false; 3];
+    let mut out = None;
+    for r in results {
+        let p = usize::try_from(r.party_id).map_err(|_| "bad party id")?;
+        let key = keys.get(p).ok_or("bad party id")?;
+        if std::mem::replace(&mut seen[p], true) {
+            return Err("two results from one party");
+        }
+        let decoded = verify_result(r, key)?;
+        if r.result != results[0].result {
+            return Err("the nodes' results differ");
+        }
+        out = Some(decoded);
+    }
+    out.ok_or("no result")
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use cluster::{Cluster, Res};
 use ocelli_node::batch::{DangerEnrolEverythingForTests, NotEvaluated};
-use ocelli_node::client::verify_result;
+use ocelli_node::client::{agree, verify_result};
 use ocelli_node::node::now_ms;
 use ocelli_node::tls::NodeTls;
 use prost::Message;
@@ -92,9 +92,11 @@ async fn enrolments_get_identical_serial_ids_and_signed_identical_results() -> R
         ResultStatus::Reset,
         ResultStatus::UnknownSerialId,
     ];
+    let keys = [0, 1, 2].map(|i| c.state(i).result_verifying_key());
     let mut serials = Vec::new();
     for (k, id) in ids.iter().enumerate() {
         let mut results = Vec::new();
+        let mut signed_all = Vec::new();
         for i in 0..3 {
             let signed = c
                 .client(i)
@@ -108,6 +110,7 @@ async fn enrolments_get_identical_serial_ids_and_signed_identical_results() -> R
             let r = verify_result(&signed, &key)?;
             assert_eq!(signed.party_id, i as u32);
             results.push(signed.result.clone());
+            signed_all.push(signed.clone());
             if k == 0 {
                 assert_eq!(r.status, want[k] as i32);
             }
@@ -118,6 +121,11 @@ async fn enrolments_get_identical_serial_ids_and_signed_identical_results() -> R
         }
         assert_eq!(results[0], results[1]);
         assert_eq!(results[1], results[2]);
+        assert_eq!(agree(&signed_all, &keys)?.status, want[k] as i32);
+        // A tampered result is refused.
+        let mut bad = signed_all.clone();
+        bad[1].result.push(0);
+        assert!(agree(&bad, &keys).is_err());
     }
     assert_eq!(&serials[..4], &[1, 2, 3, 4]);
     // Unknown request ids are NOT_FOUND.

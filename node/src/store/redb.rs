@@ -22,6 +22,8 @@ const SHARES: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("shares");
 const BATCHES: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("batches");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
+const CACHE_BYTES: usize = 64 << 20;
+
 const LAST_APPLIED: &str = "last_applied_batch";
 const NEXT_SERIAL: &str = "next_serial";
 
@@ -44,7 +46,12 @@ impl RedbStore {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(be)?;
         let path = dir.join("node.redb");
-        let db = Database::create(&path).map_err(be)?;
+        // Bounded page cache: the share database is held in memory by the
+        // node already.
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(&path)
+            .map_err(be)?;
         let txn = db.begin_write().map_err(be)?;
         {
             txn.open_table(REQUESTS).map_err(be)?;
