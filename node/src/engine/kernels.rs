@@ -1,0 +1,106 @@
+//! Register-tiled micro-kernels: a tile of [`TILE_Q`] query vectors against [`TILE_D`]
+//! database vectors, accumulating in 32-bit lanes (exact mod 2^16: products of u16 read as
+//! i16 agree with the unsigned products mod 2^16, and i32 wrap-around keeps every sum exact
+//! mod 2^32).
+
+/// Query vectors per tile.
+pub const TILE_Q: usize = 4;
+/// Database vectors per tile.
+pub const TILE_D: usize = 4;
+
+/// One tile's results, `[query][db]`.
+pub type Tile = [[u16; TILE_D]; TILE_Q];
+
+/// Portable fallback.
+pub fn tile_scalar(q: &[&[u16]; TILE_Q], d: &[&[u16]; TILE_D]) -> Tile {
+    let mut out = [[0u16; TILE_D]; TILE_Q];
+    for (i, qi) in q.iter().enumerate() {
+        for (j, dj) in d.iter().enumerate() {
+            out[i][j] = qi
+                .iter()
+                .zip(dj.iter())
+                .fold(0u16, |acc, (&a, &b)| acc.wrapping_add(a.wrapping_mul(b)));
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use x86::{tile_avx2, tile_avx512_vnni};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Tile, TILE_D, TILE_Q};
+    use core::arch::x86_64::*;
+
+    /// AVX-512 VNNI: `vpdpwssd` multiplies 32 pairs of i16 and adds adjacent products into
+    /// 16 i32 lanes.
+    ///
+    /// # Safety
+    /// The CPU must support `avx512f`, `avx512bw` and `avx512vnni`; every slice must have
+    /// the same length, a multiple of 32.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn tile_avx512_vnni(q: &[&[u16]; TILE_Q], d: &[&[u16]; TILE_D]) -> Tile {
+        let len = q[0].len();
+        let mut acc = [[_mm512_setzero_si512(); TILE_D]; TILE_Q];
+        let mut k = 0;
+        while k < len {
+            // SAFETY: k + 32 <= len for every slice (same length, multiple of 32); unaligned
+            // loads are allowed.
+            let dv: [__m512i; TILE_D] = core::array::from_fn(|j| unsafe {
+                _mm512_loadu_si512(d[j].as_ptr().add(k).cast())
+            });
+            for i in 0..TILE_Q {
+                // SAFETY: as above.
+                let qv = unsafe { _mm512_loadu_si512(q[i].as_ptr().add(k).cast()) };
+                for j in 0..TILE_D {
+                    acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], qv, dv[j]);
+                }
+            }
+            k += 32;
+        }
+        let mut out = [[0u16; TILE_D]; TILE_Q];
+        for i in 0..TILE_Q {
+            for j in 0..TILE_D {
+                out[i][j] = _mm512_reduce_add_epi32(acc[i][j]) as u16;
+            }
+        }
+        out
+    }
+
+    /// AVX2: `vpmaddwd` multiplies 16 pairs of i16 and adds adjacent products into 8 i32
+    /// lanes.
+    ///
+    /// # Safety
+    /// The CPU must support `avx2`; every slice must have the same length, a multiple of 16.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn tile_avx2(q: &[&[u16]; TILE_Q], d: &[&[u16]; TILE_D]) -> Tile {
+        let len = q[0].len();
+        let mut acc = [[_mm256_setzero_si256(); TILE_D]; TILE_Q];
+        let mut k = 0;
+        while k < len {
+            // SAFETY: k + 16 <= len for every slice; unaligned loads are allowed.
+            let dv: [__m256i; TILE_D] = core::array::from_fn(|j| unsafe {
+                _mm256_loadu_si256(d[j].as_ptr().add(k).cast())
+            });
+            for i in 0..TILE_Q {
+                // SAFETY: as above.
+                let qv = unsafe { _mm256_loadu_si256(q[i].as_ptr().add(k).cast()) };
+                for j in 0..TILE_D {
+                    acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(qv, dv[j]));
+                }
+            }
+            k += 16;
+        }
+        let mut out = [[0u16; TILE_D]; TILE_Q];
+        for i in 0..TILE_Q {
+            for j in 0..TILE_D {
+                let mut lanes = [0i32; 8];
+                // SAFETY: lanes is 32 bytes.
+                unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc[i][j]) };
+                out[i][j] = lanes.iter().fold(0i32, |a, &b| a.wrapping_add(b)) as u16;
+            }
+        }
+        out
+    }
+}
