@@ -9,6 +9,7 @@ pub mod cpu;
 mod kernels;
 
 pub use cpu::{CpuEngine, Kernel};
+pub use kernels::mac_peak;
 
 /// Party-local dot products of share vectors.
 pub trait DotEngine: Send + Sync {

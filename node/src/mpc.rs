@@ -13,6 +13,7 @@ pub mod binary;
 pub mod bits;
 pub mod compare;
 pub mod inject;
+pub mod local;
 pub mod network;
 pub mod randomness;
 pub mod session;
@@ -23,5 +24,3 @@ pub use randomness::CorrelatedRandomness;
 pub use session::{Session, Traffic};
 pub use share::Replicated;
 
-#[cfg(test)]
-pub(crate) mod testing;

@@ -27,6 +27,8 @@ pub fn tile_scalar(q: &[&[u16]; TILE_Q], d: &[&[u16]; TILE_D]) -> Tile {
 
 #[cfg(target_arch = "x86_64")]
 pub use x86::{tile_avx2, tile_avx512_vnni};
+#[cfg(target_arch = "x86_64")]
+use x86::{peak_avx2, peak_avx512_vnni};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -68,6 +70,47 @@ mod x86 {
         out
     }
 
+    /// 16 independent `vpdpwssd` chains on registers; returns the multiply-adds done.
+    ///
+    /// # Safety
+    /// The CPU must support `avx512f`, `avx512bw` and `avx512vnni`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn peak_avx512_vnni(iters: u64) -> u64 {
+        let a = _mm512_set1_epi16(3);
+        let b = _mm512_set1_epi16(5);
+        let mut acc = [_mm512_setzero_si512(); 16];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                *x = _mm512_dpwssd_epi32(*x, a, b);
+            }
+        }
+        let sum = acc.iter().fold(0i32, |s, x| s.wrapping_add(_mm512_reduce_add_epi32(*x)));
+        core::hint::black_box(sum);
+        iters * 16 * 32
+    }
+
+    /// 12 independent `vpmaddwd` + `vpaddd` chains on registers; returns the multiply-adds.
+    ///
+    /// # Safety
+    /// The CPU must support `avx2`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn peak_avx2(iters: u64) -> u64 {
+        let a = _mm256_set1_epi16(3);
+        let b = _mm256_set1_epi16(5);
+        let mut acc = [_mm256_setzero_si256(); 12];
+        for _ in 0..iters {
+            for x in acc.iter_mut() {
+                *x = _mm256_add_epi32(*x, _mm256_madd_epi16(a, b));
+            }
+        }
+        let mut lanes = [0i32; 8];
+        let total = acc.iter().fold(_mm256_setzero_si256(), |s, x| _mm256_add_epi32(s, *x));
+        // SAFETY: lanes is 32 bytes.
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), total) };
+        core::hint::black_box(lanes);
+        iters * 12 * 16
+    }
+
     /// AVX2: `vpmaddwd` multiplies 16 pairs of i16 and adds adjacent products into 8 i32
     /// lanes.
     ///
@@ -103,4 +146,33 @@ mod x86 {
         }
         out
     }
+}
+
+/// Multiply-adds per second one core sustains with `kernel`'s instruction on register-resident
+/// data: the machine's u16 multiply-add peak that engine rates are compared against.
+pub fn mac_peak(kernel: super::Kernel) -> f64 {
+    const ITERS: u64 = 20_000_000;
+    let start = std::time::Instant::now();
+    let macs = match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the kernel was detected as supported.
+        super::Kernel::Avx512Vnni => unsafe { peak_avx512_vnni(ITERS) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        super::Kernel::Avx2 => unsafe { peak_avx2(ITERS) },
+        _ => peak_scalar(ITERS / 8),
+    };
+    macs as f64 / start.elapsed().as_secs_f64()
+}
+
+fn peak_scalar(iters: u64) -> u64 {
+    let mut acc = [1u16; 64];
+    let x = std::hint::black_box([3u16; 64]);
+    for _ in 0..iters {
+        for (a, b) in acc.iter_mut().zip(x) {
+            *a = a.wrapping_mul(b).wrapping_add(b);
+        }
+    }
+    std::hint::black_box(acc);
+    iters * 64
 }

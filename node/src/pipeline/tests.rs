@@ -1,6 +1,6 @@
 use super::*;
 use crate::engine::CpuEngine;
-use crate::mpc::testing::run_three;
+use crate::mpc::local::run_three;
 use crate::synthetic;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;

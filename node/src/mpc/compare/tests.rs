@@ -1,6 +1,6 @@
 use super::*;
 use crate::mpc::bits::{plane_to_bits, to_planes};
-use crate::mpc::testing::{additive_u16, open_bits, open_u32, run_three};
+use crate::mpc::local::{additive_u16, open_bits, open_u32, run_three};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts};

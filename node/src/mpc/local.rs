@@ -1,5 +1,6 @@
-//! Test harness: three parties on threads over the in-memory network, and helpers that play
-//! the ideal functionality (share and open in the clear).
+//! Three parties in one process: on threads over the in-memory network, for tests, benchmarks
+//! and the `bench` command. Also the ideal-functionality helpers tests use (share and open in
+//! the clear), and a transport that records a party's view.
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
