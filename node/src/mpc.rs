@@ -19,7 +19,7 @@ pub mod randomness;
 pub mod session;
 pub mod share;
 
-pub use network::{InMemoryTransport, NetworkError, Peer, Transport};
+pub use network::{ChannelTransport, InMemoryTransport, NetworkError, Outbound, Peer, Transport};
 pub use randomness::CorrelatedRandomness;
 pub use session::{Session, Traffic};
 pub use share::Replicated;
