@@ -13,15 +13,14 @@ pub mod binary;
 pub mod bits;
 pub mod compare;
 pub mod inject;
+pub mod local;
 pub mod network;
 pub mod randomness;
 pub mod session;
 pub mod share;
 
-pub use network::{InMemoryTransport, NetworkError, Peer, Transport};
+pub use network::{ChannelTransport, InMemoryTransport, NetworkError, Outbound, Peer, Transport};
 pub use randomness::CorrelatedRandomness;
 pub use session::{Session, Traffic};
 pub use share::Replicated;
 
-#[cfg(test)]
-pub(crate) mod testing;

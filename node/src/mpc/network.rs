@@ -63,55 +63,88 @@ pub trait Transport {
     fn recv(&mut self, from: Peer) -> Result<Vec<u8>, NetworkError>;
 }
 
-/// One party's end of an in-memory network: for tests, benchmarks and the single-process
-/// bench command. Production uses the node-to-node streams.
-#[derive(Debug)]
-pub struct InMemoryTransport {
-    to_next: Sender<Vec<u8>>,
-    to_prev: Sender<Vec<u8>>,
+/// Outbound half of a link: hands a message to whatever carries it (an in-memory channel, or
+/// a task feeding a gRPC stream); `false` if the link is gone.
+pub type Outbound = Box<dyn Fn(Vec<u8>) -> bool + Send>;
+
+/// A transport over channels: messages in arrive on blocking receivers, messages out go to
+/// [`Outbound`] functions. The in-memory network and the node-to-node streams both use it.
+pub struct ChannelTransport {
+    to_next: Outbound,
+    to_prev: Outbound,
     from_next: Receiver<Vec<u8>>,
     from_prev: Receiver<Vec<u8>>,
     timeout: Duration,
 }
 
+impl core::fmt::Debug for ChannelTransport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ChannelTransport")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelTransport {
+    /// A transport from its four halves; a receive waits at most `timeout`.
+    pub fn new(
+        to_next: Outbound,
+        to_prev: Outbound,
+        from_next: Receiver<Vec<u8>>,
+        from_prev: Receiver<Vec<u8>>,
+        timeout: Duration,
+    ) -> ChannelTransport {
+        ChannelTransport {
+            to_next,
+            to_prev,
+            from_next,
+            from_prev,
+            timeout,
+        }
+    }
+}
+
+/// The in-memory network's transport.
+pub type InMemoryTransport = ChannelTransport;
+
 /// Builds a connected in-memory network; element `i` is party `i`'s end.
 pub fn in_memory_network() -> [InMemoryTransport; 3] {
-    // forward[i]: i -> i+1; backward[i]: i -> i-1.
-    let mut forward: Vec<_> = (0..3).map(|_| channel()).collect();
-    let mut backward: Vec<_> = (0..3).map(|_| channel()).collect();
-    let mut forward_rx: Vec<Option<Receiver<Vec<u8>>>> = Vec::new();
-    let mut backward_rx: Vec<Option<Receiver<Vec<u8>>>> = Vec::new();
-    let mut forward_tx = Vec::new();
-    let mut backward_tx = Vec::new();
-    for (tx, rx) in forward.drain(..) {
-        forward_tx.push(tx);
-        forward_rx.push(Some(rx));
-    }
-    for (tx, rx) in backward.drain(..) {
-        backward_tx.push(tx);
-        backward_rx.push(Some(rx));
-    }
+    // forward[i] carries i -> i+1; backward[i] carries i -> i-1.
+    let (forward_tx, forward_rx): (Vec<Sender<Vec<u8>>>, Vec<Receiver<Vec<u8>>>) =
+        (0..3).map(|_| channel()).unzip();
+    let (backward_tx, backward_rx): (Vec<Sender<Vec<u8>>>, Vec<Receiver<Vec<u8>>>) =
+        (0..3).map(|_| channel()).unzip();
+    let mut forward_rx: Vec<Option<Receiver<Vec<u8>>>> = forward_rx.into_iter().map(Some).collect();
+    let mut backward_rx: Vec<Option<Receiver<Vec<u8>>>> =
+        backward_rx.into_iter().map(Some).collect();
+    let outbound = |tx: &Sender<Vec<u8>>| -> Outbound {
+        let tx = tx.clone();
+        Box::new(move |m| tx.send(m).is_ok())
+    };
     core::array::from_fn(|i| {
-        let prev = (i + 2) % 3;
-        let next = (i + 1) % 3;
-        InMemoryTransport {
-            to_next: forward_tx[i].clone(),
-            to_prev: backward_tx[i].clone(),
-            // Messages from prev travel forward on prev's channel; from next, backward.
-            from_prev: forward_rx[prev].take().expect("each receiver taken once"),
-            from_next: backward_rx[next].take().expect("each receiver taken once"),
-            timeout: Duration::from_secs(120),
-        }
+        let (prev, next) = ((i + 2) % 3, (i + 1) % 3);
+        ChannelTransport::new(
+            outbound(&forward_tx[i]),
+            outbound(&backward_tx[i]),
+            // Messages from next travel backward on next's channel; from prev, forward.
+            backward_rx[next].take().expect("each receiver taken once"),
+            forward_rx[prev].take().expect("each receiver taken once"),
+            Duration::from_secs(120),
+        )
     })
 }
 
-impl Transport for InMemoryTransport {
+impl Transport for ChannelTransport {
     fn send(&mut self, to: Peer, message: Vec<u8>) -> Result<(), NetworkError> {
-        let tx = match to {
+        let out = match to {
             Peer::Next => &self.to_next,
             Peer::Prev => &self.to_prev,
         };
-        tx.send(message).map_err(|_| NetworkError::Closed(to))
+        if out(message) {
+            Ok(())
+        } else {
+            Err(NetworkError::Closed(to))
+        }
     }
 
     fn recv(&mut self, from: Peer) -> Result<Vec<u8>, NetworkError> {

@@ -1,6 +1,6 @@
 use super::*;
 use crate::mpc::bits::{plane_to_bits, to_planes};
-use crate::mpc::testing::{additive_u16, open_bits, open_u32, run_three};
+use crate::mpc::local::{additive_u16, open_bits, open_u32, run_three};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts};
@@ -165,4 +165,66 @@ fn bit_injection_gives_arithmetic_shares_of_each_bit() {
             .wrapping_add(out[2].0.own[e]);
         assert_eq!(u64::from(v), (words[e / 64] >> (e % 64)) & 1, "bit {e}");
     }
+}
+
+/// Chi-squared statistic of the byte values against uniform (255 degrees of freedom: mean
+/// 255, standard deviation about 22.6).
+fn chi_squared(bytes: &[u8]) -> f64 {
+    let mut counts = [0u64; 256];
+    for &b in bytes {
+        counts[b as usize] += 1;
+    }
+    let expected = bytes.len() as f64 / 256.0;
+    counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum()
+}
+
+#[test]
+fn a_partys_view_of_the_comparison_phase_is_uniform_and_input_independent() {
+    // Constant secrets (every cd and md zero, then every cd = md = 12,800): an opened
+    // intermediate (cd, md, the lifted md, x, carries, match bits) would be constant bytes in
+    // some message. Every received message must instead look uniform, and the message sizes
+    // must not depend on the inputs.
+    let n = 4096;
+    let a = threshold_coefficient(0.345);
+    let mut sizes = Vec::new();
+    for value in [0u16, 12_800] {
+        let zeros = vec![0u16; n];
+        let constant = vec![value; n];
+        let out = run_three(20, |s| {
+            // Party 0 holds the whole value as its additive share, the others zero: the
+            // resharing must hide even that.
+            let (cd, md) = if s.party().index() == 0 {
+                (&constant, &constant)
+            } else {
+                (&zeros, &zeros)
+            };
+            match_bits(s, cd, md, a).expect("compare")
+        });
+        for (party, (_, _, received)) in out.iter().enumerate() {
+            assert!(!received.is_empty());
+            for (round, (from, message)) in received.iter().enumerate() {
+                assert!(
+                    message.len() >= 64,
+                    "party {party} round {round}: {} bytes",
+                    message.len()
+                );
+                let chi = chi_squared(message);
+                // Small messages get a looser bound; 255 +- 6 standard deviations otherwise.
+                let bound = if message.len() < 4096 { 600.0 } else { 400.0 };
+                assert!(
+                    chi < bound,
+                    "party {party} round {round} from {from:?}: chi-squared {chi}"
+                );
+            }
+        }
+        sizes.push(
+            out.iter()
+                .map(|(_, _, r)| r.iter().map(|(_, m)| m.len()).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(sizes[0], sizes[1], "message sizes depend on the inputs");
 }

@@ -1,20 +1,42 @@
-//! Test harness: three parties on threads over the in-memory network, and helpers that play
-//! the ideal functionality (share and open in the clear).
+//! Three parties in one process: on threads over the in-memory network, for tests, benchmarks
+//! and the `bench` command. Also the ideal-functionality helpers tests use (share and open in
+//! the clear), and a transport that records a party's view.
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sdk_orb::PartyId;
 
-use super::network::{in_memory_network, InMemoryTransport};
+use super::network::{in_memory_network, InMemoryTransport, NetworkError, Peer, Transport};
 use super::randomness::CorrelatedRandomness;
 use super::session::{Session, Traffic};
 use super::share::Replicated;
 
-/// Runs `f` as each of the three parties concurrently; returns their results and traffic.
+/// A transport that keeps a copy of every message it receives: a party's view.
+#[derive(Debug)]
+pub struct Recording {
+    inner: InMemoryTransport,
+    /// Messages received, in order.
+    pub received: Vec<(Peer, Vec<u8>)>,
+}
+
+impl Transport for Recording {
+    fn send(&mut self, to: Peer, message: Vec<u8>) -> Result<(), NetworkError> {
+        self.inner.send(to, message)
+    }
+
+    fn recv(&mut self, from: Peer) -> Result<Vec<u8>, NetworkError> {
+        let m = self.inner.recv(from)?;
+        self.received.push((from, m.clone()));
+        Ok(m)
+    }
+}
+
+/// Runs `f` as each of the three parties concurrently; returns their results, traffic and
+/// received messages.
 pub fn run_three<R: Send>(
     seed: u64,
-    f: impl Fn(&mut Session<'_, InMemoryTransport>) -> R + Sync,
-) -> [(R, Traffic); 3] {
+    f: impl Fn(&mut Session<'_, Recording>) -> R + Sync,
+) -> [(R, Traffic, Vec<(Peer, Vec<u8>)>); 3] {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     // seeds[i] is shared by parties i and i+1.
     let seeds: [[u8; 32]; 3] = core::array::from_fn(|_| {
@@ -28,18 +50,23 @@ pub fn run_three<R: Send>(
         let handles: Vec<_> = transports
             .into_iter()
             .enumerate()
-            .map(|(i, mut transport)| {
+            .map(|(i, inner)| {
                 let seeds = seeds;
                 scope.spawn(move || {
+                    let mut transport = Recording {
+                        inner,
+                        received: Vec::new(),
+                    };
                     let mut randomness =
                         CorrelatedRandomness::from_seeds(&seeds[i], &seeds[(i + 2) % 3]);
                     let mut session = Session::new(PartyId::ALL[i], &mut transport, &mut randomness);
                     let out = f(&mut session);
-                    (out, session.traffic())
+                    let traffic = session.traffic();
+                    (out, traffic, transport.received)
                 })
             })
             .collect();
-        let mut results: Vec<(R, Traffic)> = handles
+        let mut results: Vec<_> = handles
             .into_iter()
             .map(|h| h.join().expect("party thread panicked"))
             .collect();

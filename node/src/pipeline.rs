@@ -1,0 +1,338 @@
+//! The matching pipeline of one party for one batch (DESIGN section 6, steps 2 to 7):
+//! preprocess each query and expand its 31 rotations, run the dot products on an engine,
+//! then the comparison phase in MPC, OR over rotations, the eye policy, and opening.
+//!
+//! Work is organised in passes. The first pass holds the comparisons that do not scan the
+//! database: each request against the batch's earlier enrolment candidates (intra-batch
+//! uniqueness) and re-authentication against one entry. Then the database is scanned in
+//! chunks, every full-database request against every entry of the chunk. A pass is one
+//! comparison-phase run, so its rounds carry the whole pass.
+//!
+//! Opened values: in the default mode, one bit per (request, target) pair; in the
+//! privacy-max mode only one bit per request, the OR over all its targets.
+
+pub mod matchdb;
+mod query;
+
+use sdk_orb::plaintext::threshold_coefficient;
+use sdk_orb::preprocess::dot;
+use sdk_orb::shamir::PartyShares;
+use sdk_orb::{CODE_COEFS, MASK_COEFS};
+
+pub use matchdb::MatchDb;
+pub use query::PreparedQuery;
+
+use crate::engine::DotEngine;
+use crate::mpc::bits::{plane_to_bits, words_for};
+use crate::mpc::compare::{match_bits, or, or_blocks};
+use crate::mpc::network::{NetworkError, Transport};
+use crate::mpc::session::Session;
+use crate::mpc::share::Replicated;
+use sdk_orb::rotation::ROTATION_COUNT;
+
+/// What a request is matched against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Nothing (deletion, reset).
+    Nothing,
+    /// Every enrolled entry.
+    Database,
+    /// One enrolled entry, by its index in the [`MatchDb`].
+    Entry(usize),
+}
+
+/// One request of the batch, as the pipeline sees it.
+#[derive(Debug)]
+pub struct PipelineRequest<'a> {
+    /// This party's shares of the query.
+    pub shares: &'a PartyShares,
+    /// What to match against.
+    pub target: Target,
+    /// Match against the batch's earlier enrolment candidates too.
+    pub against_earlier: bool,
+    /// Later requests of the batch match against this one (it may be enrolled).
+    pub candidate: bool,
+    /// Either eye suffices.
+    pub or_policy: bool,
+}
+
+/// Pipeline settings; identical on the three nodes.
+#[derive(Clone, Copy, Debug)]
+pub struct PipelineConfig {
+    /// `A = floor((1 - 2t) 2^16)`.
+    pub threshold_a: u32,
+    /// Open only the OR over all targets of each request.
+    pub privacy_max: bool,
+    /// Database entries per comparison pass (bounds memory).
+    pub chunk_entries: usize,
+}
+
+impl PipelineConfig {
+    /// For threshold `t` on the fractional Hamming distance.
+    pub fn with_threshold(t: f64) -> PipelineConfig {
+        PipelineConfig {
+            threshold_a: threshold_coefficient(t),
+            privacy_max: false,
+            chunk_entries: 4096,
+        }
+    }
+}
+
+/// What was opened for one request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MatchResult {
+    /// Whether anything matched.
+    pub any: bool,
+    /// Matching database entries, by index (empty in the privacy-max mode).
+    pub entries: Vec<usize>,
+    /// Matching earlier requests of the batch, by index (empty in the privacy-max mode).
+    pub earlier: Vec<usize>,
+}
+
+/// One compared pair: request `request` against a database entry or an earlier request.
+#[derive(Clone, Copy, Debug)]
+enum Against {
+    Entry(usize),
+    Earlier(usize),
+}
+
+/// Per-pass accumulation of additive `(cd, md)` shares in the layout
+/// `[rotation][eye][pair]`, each `[eye]` block padded to whole words.
+struct PassInputs {
+    pairs: Vec<(usize, Against)>,
+    cd: Vec<u16>,
+    md: Vec<u16>,
+    padded: usize,
+}
+
+impl PassInputs {
+    fn new(pairs: Vec<(usize, Against)>) -> PassInputs {
+        let padded = words_for(pairs.len()) * 64;
+        let n = ROTATION_COUNT * 2 * padded;
+        PassInputs {
+            pairs,
+            cd: vec![0; n],
+            md: vec![0; n],
+            padded,
+        }
+    }
+
+    fn at(&self, rotation: usize, eye: usize, pair: usize) -> usize {
+        (rotation * 2 + eye) * self.padded + pair
+    }
+}
+
+/// Runs the pipeline for one batch; every party calls it with its own shares, the same
+/// requests, the same database entries and the same configuration.
+///
+/// # Errors
+/// Transport failures; then no result of the batch may be used.
+pub fn evaluate<T: Transport>(
+    session: &mut Session<'_, T>,
+    engine: &dyn DotEngine,
+    db: &MatchDb,
+    requests: &[PipelineRequest<'_>],
+    config: &PipelineConfig,
+) -> Result<Vec<MatchResult>, NetworkError> {
+    let party = session.party();
+    let prepared: Vec<Option<PreparedQuery>> = requests
+        .iter()
+        .map(|r| {
+            (r.target != Target::Nothing || r.against_earlier)
+                .then(|| PreparedQuery::new(party, r.shares))
+        })
+        .collect();
+    let mut results = vec![MatchResult::default(); requests.len()];
+    let mut any_shared = Replicated::zeros(words_for(requests.len()));
+
+    // Pass 1: intra-batch pairs and single-entry targets.
+    let mut pairs = Vec::new();
+    for (j, r) in requests.iter().enumerate() {
+        if r.against_earlier {
+            for (k, earlier) in requests[..j].iter().enumerate() {
+                if earlier.candidate {
+                    pairs.push((j, Against::Earlier(k)));
+                }
+            }
+        }
+        if let Target::Entry(d) = r.target {
+            pairs.push((j, Against::Entry(d)));
+        }
+    }
+    if !pairs.is_empty() {
+        let mut pass = PassInputs::new(pairs);
+        for p in 0..pass.pairs.len() {
+            let (j, against) = pass.pairs[p];
+            let query = prepared[j].as_ref().expect("prepared for every matching request");
+            for eye in 0..2 {
+                let (code, mask): (&[u16], &[u16]) = match against {
+                    Against::Earlier(k) => {
+                        let e = if eye == 0 {
+                            &requests[k].shares.left
+                        } else {
+                            &requests[k].shares.right
+                        };
+                        (&e.code.coefs()[..], &e.mask.coefs()[..])
+                    }
+                    Against::Entry(d) => (db.code(eye, d), db.mask(eye, d)),
+                };
+                for rotation in 0..ROTATION_COUNT {
+                    let at = pass.at(rotation, eye, p);
+                    pass.cd[at] = dot(code, query.code(eye, rotation));
+                    pass.md[at] = dot(mask, query.mask(eye, rotation)).wrapping_mul(2);
+                }
+            }
+        }
+        run_pass(session, pass, requests, config, &mut results, &mut any_shared)?;
+    }
+
+    // Database passes.
+    let scanning: Vec<usize> = (0..requests.len())
+        .filter(|&j| requests[j].target == Target::Database)
+        .collect();
+    if !scanning.is_empty() && !db.is_empty() {
+        let rows = scanning.len() * ROTATION_COUNT;
+        let mut query_codes = [Vec::new(), Vec::new()];
+        let mut query_masks = [Vec::new(), Vec::new()];
+        for eye in 0..2 {
+            query_codes[eye].reserve(rows * CODE_COEFS);
+            query_masks[eye].reserve(rows * MASK_COEFS);
+            for &j in &scanning {
+                let q = prepared[j].as_ref().expect("prepared for every matching request");
+                query_codes[eye].extend_from_slice(q.codes(eye));
+                query_masks[eye].extend_from_slice(q.masks(eye));
+            }
+        }
+        let chunk = config.chunk_entries.max(1);
+        for start in (0..db.len()).step_by(chunk) {
+            let end = (start + chunk).min(db.len());
+            let width = end - start;
+            let pairs = scanning
+                .iter()
+                .flat_map(|&j| (start..end).map(move |d| (j, Against::Entry(d))))
+                .collect();
+            let mut pass = PassInputs::new(pairs);
+            let mut code_dots = vec![0u16; rows * width];
+            let mut mask_dots = vec![0u16; rows * width];
+            for eye in 0..2 {
+                engine.dot(
+                    &query_codes[eye],
+                    db.codes(eye, start..end),
+                    CODE_COEFS,
+                    &mut code_dots,
+                );
+                engine.dot(
+                    &query_masks[eye],
+                    db.masks(eye, start..end),
+                    MASK_COEFS,
+                    &mut mask_dots,
+                );
+                for (qi, _) in scanning.iter().enumerate() {
+                    for rotation in 0..ROTATION_COUNT {
+                        let row = (qi * ROTATION_COUNT + rotation) * width;
+                        let base = pass.at(rotation, eye, qi * width);
+                        pass.cd[base..base + width].copy_from_slice(&code_dots[row..row + width]);
+                        for (m, &v) in pass.md[base..base + width]
+                            .iter_mut()
+                            .zip(&mask_dots[row..row + width])
+                        {
+                            *m = v.wrapping_mul(2);
+                        }
+                    }
+                }
+            }
+            run_pass(session, pass, requests, config, &mut results, &mut any_shared)?;
+        }
+    }
+
+    if config.privacy_max {
+        let opened = session.open_bits(&any_shared)?;
+        for (j, any) in plane_to_bits(&opened, requests.len()).into_iter().enumerate() {
+            results[j].any = any;
+        }
+    }
+    Ok(results)
+}
+
+/// One comparison-phase run: match bits, OR over rotations, eye policy, then opening (or
+/// folding into the per-request OR in the privacy-max mode).
+fn run_pass<T: Transport>(
+    session: &mut Session<'_, T>,
+    pass: PassInputs,
+    requests: &[PipelineRequest<'_>],
+    config: &PipelineConfig,
+    results: &mut [MatchResult],
+    any_shared: &mut Replicated<u64>,
+) -> Result<(), NetworkError> {
+    let w = pass.padded / 64;
+    let bits = match_bits(session, &pass.cd, &pass.md, config.threshold_a)?;
+    // [rotation][eye][pair] -> [eye][pair]
+    let per_eye = or_blocks(session, &bits, ROTATION_COUNT)?;
+    let left = per_eye.slice(0..w);
+    let right = per_eye.slice(w..2 * w);
+    let both = session.and(&left, &right)?;
+    // OR policy: l ^ r ^ (l & r); the policy mask is public, so masking is local.
+    let mut policy = vec![0u64; w];
+    for (p, &(j, _)) in pass.pairs.iter().enumerate() {
+        if requests[j].or_policy {
+            policy[p / 64] |= 1 << (p % 64);
+        }
+    }
+    let either = left.xor(&right);
+    let masked = Replicated::new(
+        either.own.iter().zip(&policy).map(|(x, m)| x & m).collect(),
+        either.prev.iter().zip(&policy).map(|(x, m)| x & m).collect(),
+    );
+    let person = both.xor(&masked);
+
+    if config.privacy_max {
+        // Gather each request's pairs into slots [slot][request] and OR over slots.
+        let n = requests.len();
+        let rw = words_for(n);
+        let mut slots_of = vec![0usize; n];
+        let mut slot_pairs: Vec<Vec<Option<usize>>> = Vec::new();
+        for (p, &(j, _)) in pass.pairs.iter().enumerate() {
+            let slot = slots_of[j];
+            slots_of[j] += 1;
+            if slot_pairs.len() <= slot {
+                slot_pairs.push(vec![None; rw * 64]);
+            }
+            slot_pairs[slot][j] = Some(p);
+        }
+        let positions: Vec<Option<usize>> = slot_pairs.into_iter().flatten().collect();
+        let gathered = gather_bits(&person, &positions);
+        let per_request = or_blocks(session, &gathered, positions.len() / (rw * 64))?;
+        *any_shared = or(session, any_shared, &per_request)?;
+    } else {
+        let opened = session.open_bits(&person)?;
+        for (p, bit) in plane_to_bits(&opened, pass.pairs.len()).into_iter().enumerate() {
+            if bit {
+                let (j, against) = pass.pairs[p];
+                results[j].any = true;
+                match against {
+                    Against::Entry(d) => results[j].entries.push(d),
+                    Against::Earlier(k) => results[j].earlier.push(k),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A new shared bit vector whose bit `i` is bit `positions[i]` of `x` (or a shared zero).
+/// Local: every party permutes its components the same way.
+fn gather_bits(x: &Replicated<u64>, positions: &[Option<usize>]) -> Replicated<u64> {
+    let pick = |words: &[u64]| -> Vec<u64> {
+        let mut out = vec![0u64; words_for(positions.len())];
+        for (i, p) in positions.iter().enumerate() {
+            if let Some(p) = p {
+                out[i / 64] |= ((words[p / 64] >> (p % 64)) & 1) << (i % 64);
+            }
+        }
+        out
+    };
+    Replicated::new(pick(&x.own), pick(&x.prev))
+}
+
+#[cfg(test)]
+mod tests;

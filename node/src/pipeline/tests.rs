@@ -1,0 +1,192 @@
+use super::*;
+use crate::engine::CpuEngine;
+use crate::mpc::local::run_three;
+use crate::synthetic;
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+use sdk_orb::plaintext::{dot_products, threshold_coefficient};
+use sdk_orb::rotation::rotations;
+use sdk_orb::shamir::{share_eye, EyeShares};
+use sdk_orb::IrisTemplate;
+
+type Person = (IrisTemplate, IrisTemplate);
+
+fn share_person(rng: &mut ChaCha20Rng, p: &Person) -> [PartyShares; 3] {
+    let mut left = Box::new([EyeShares::zero(), EyeShares::zero(), EyeShares::zero()]);
+    let mut right = Box::new([EyeShares::zero(), EyeShares::zero(), EyeShares::zero()]);
+    share_eye(rng, &p.0, &mut left);
+    share_eye(rng, &p.1, &mut right);
+    core::array::from_fn(|i| PartyShares {
+        left: left[i].clone(),
+        right: right[i].clone(),
+    })
+}
+
+/// The plaintext rule the MPC computes: an eye matches if some rotation of the query passes
+/// `2^16 cd > A md`; a person matches if both eyes do (or either, under the OR policy).
+fn reference_match(query: &Person, enrolled: &Person, or_policy: bool, a: u32) -> bool {
+    let eye = |q: &IrisTemplate, e: &IrisTemplate| {
+        rotations().any(|k| dot_products(&q.rotated(k), e).matches(a))
+    };
+    let (l, r) = (eye(&query.0, &enrolled.0), eye(&query.1, &enrolled.1));
+    if or_policy {
+        l || r
+    } else {
+        l && r
+    }
+}
+
+struct Case {
+    person: Person,
+    target: Target,
+    against_earlier: bool,
+    candidate: bool,
+    or_policy: bool,
+}
+
+#[test]
+fn decisions_equal_the_plaintext_reference() {
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    let a = threshold_coefficient(0.345);
+    let person = |rng: &mut ChaCha20Rng| (synthetic::eye(rng), synthetic::eye(rng));
+    let recapture = |rng: &mut ChaCha20Rng, p: &Person| {
+        (synthetic::recapture(rng, &p.0).0, synthetic::recapture(rng, &p.1).0)
+    };
+    let enrolled: Vec<Person> = (0..7).map(|_| person(&mut rng)).collect();
+    let stranger = person(&mut rng);
+    let half = (synthetic::recapture(&mut rng, &enrolled[1].0).0, synthetic::eye(&mut rng));
+    let db_case = |p: Person, or_policy| Case {
+        person: p,
+        target: Target::Database,
+        against_earlier: true,
+        candidate: true,
+        or_policy,
+    };
+    let cases = vec![
+        db_case(recapture(&mut rng, &enrolled[2]), false),
+        db_case(stranger.clone(), false),
+        db_case(recapture(&mut rng, &stranger), false),
+        Case {
+            person: recapture(&mut rng, &enrolled[4]),
+            target: Target::Entry(4),
+            against_earlier: false,
+            candidate: false,
+            or_policy: false,
+        },
+        Case {
+            person: person(&mut rng),
+            target: Target::Entry(4),
+            against_earlier: false,
+            candidate: false,
+            or_policy: false,
+        },
+        Case {
+            candidate: false,
+            ..db_case(half.clone(), true)
+        },
+        Case {
+            candidate: false,
+            ..db_case(half, false)
+        },
+        Case {
+            person: person(&mut rng),
+            target: Target::Nothing,
+            against_earlier: false,
+            candidate: false,
+            or_policy: false,
+        },
+    ];
+
+    // Expected results, pair by pair.
+    let expected: Vec<MatchResult> = cases
+        .iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let entries: Vec<usize> = match c.target {
+                Target::Nothing => vec![],
+                Target::Entry(d) => vec![d],
+                Target::Database => (0..enrolled.len()).collect(),
+            }
+            .into_iter()
+            .filter(|&d| reference_match(&c.person, &enrolled[d], c.or_policy, a))
+            .collect();
+            let earlier: Vec<usize> = (0..j)
+                .filter(|&k| c.against_earlier && cases[k].candidate)
+                .filter(|&k| reference_match(&c.person, &cases[k].person, c.or_policy, a))
+                .collect();
+            MatchResult {
+                any: !entries.is_empty() || !earlier.is_empty(),
+                entries,
+                earlier,
+            }
+        })
+        .collect();
+    // The scenario exercises what it means to.
+    assert_eq!(expected[0].entries, vec![2]);
+    assert!(!expected[1].any);
+    assert_eq!(expected[2].earlier, vec![1]);
+    assert!(expected[3].any && !expected[4].any);
+    assert!(expected[5].any && !expected[6].any, "OR policy matters");
+
+    let enrolled_shares: Vec<[PartyShares; 3]> =
+        enrolled.iter().map(|p| share_person(&mut rng, p)).collect();
+    let case_shares: Vec<[PartyShares; 3]> =
+        cases.iter().map(|c| share_person(&mut rng, &c.person)).collect();
+    for privacy_max in [false, true] {
+        let config = PipelineConfig {
+            threshold_a: a,
+            privacy_max,
+            chunk_entries: 3,
+        };
+        let out = run_three(12, |s| {
+            let i = s.party().index();
+            let mut db = MatchDb::new();
+            for (d, shares) in enrolled_shares.iter().enumerate() {
+                db.push(100 + d as u64, &shares[i]);
+            }
+            let requests: Vec<PipelineRequest<'_>> = cases
+                .iter()
+                .zip(&case_shares)
+                .map(|(c, shares)| PipelineRequest {
+                    shares: &shares[i],
+                    target: c.target,
+                    against_earlier: c.against_earlier,
+                    candidate: c.candidate,
+                    or_policy: c.or_policy,
+                })
+                .collect();
+            let engine = CpuEngine::new();
+            evaluate(s, &engine, &db, &requests, &config).expect("pipeline")
+        });
+        for party in &out {
+            if privacy_max {
+                let any: Vec<bool> = party.0.iter().map(|r| r.any).collect();
+                let want: Vec<bool> = expected.iter().map(|r| r.any).collect();
+                assert_eq!(any, want, "privacy-max");
+                assert!(party.0.iter().all(|r| r.entries.is_empty() && r.earlier.is_empty()));
+            } else {
+                assert_eq!(party.0, expected);
+            }
+        }
+    }
+}
+
+#[test]
+fn deletion_leaves_no_share_behind() {
+    let mut rng = ChaCha20Rng::seed_from_u64(13);
+    let people: Vec<Person> = (0..3)
+        .map(|_| (synthetic::eye(&mut rng), synthetic::eye(&mut rng)))
+        .collect();
+    let shares: Vec<[PartyShares; 3]> = people.iter().map(|p| share_person(&mut rng, p)).collect();
+    let mut db = MatchDb::new();
+    for (d, s) in shares.iter().enumerate() {
+        db.push(d as u64 + 1, &s[0]);
+    }
+    let last_code = db.code(0, 2).to_vec();
+    db.remove(0);
+    assert_eq!(db.serial_ids(), &[3, 2]);
+    assert_eq!(db.code(0, 0), &last_code[..]);
+    assert_eq!(db.row_of(1), None);
+    db.replace(1, &shares[0][0]);
+    assert_eq!(db.code(1, 1), shares[0][0].right.code.coefs());
+}
