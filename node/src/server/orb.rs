@@ -258,3 +258,36 @@ pub fn health(state: &NodeState) -> HealthCheckResponse {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::NotEvaluated;
+    use crate::config::NodeConfig;
+    use crate::keys::{keygen, KeygenOptions};
+
+    #[tokio::test]
+    async fn a_draining_node_refuses_submissions_and_is_not_ready(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let keys = keygen(&KeygenOptions::local(dir.path().join("keys")))?;
+        let mut cfg = NodeConfig::load(&keys.config(0))?;
+        cfg.data_dir = dir.path().join("data");
+        let state = NodeState::open(cfg, Arc::new(NotEvaluated))?;
+        state.set_ready(true);
+        let api = OrbApi::new(state.clone());
+        assert!(health(&state).ready);
+        state.set_draining();
+        assert!(!health(&state).ready);
+        let s = api
+            .submit(Request::new(SubmitRequest {
+                envelope: vec![1, 2, 3],
+            }))
+            .await
+            .err()
+            .ok_or("accepted while draining")?;
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert_eq!(state.metrics.intake_count("shutting_down"), 1);
+        Ok(())
+    }
+}
