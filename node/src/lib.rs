@@ -6,7 +6,8 @@
 //! Layout: [`config`] and [`keys`] (keygen) feed [`node::NodeState`], the
 //! shared state behind one `Arc`; [`server::run`] serves it; [`intake`]
 //! checks envelopes; [`store`] keeps everything durable; [`batch`] agrees on
-//! and applies batches; [`client`] is what orbs and tests use.
+//! and applies batches; [`links`] carries MPC round traffic between parties;
+//! [`client`] is what orbs and tests use.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, clippy::unwrap_used)]
 
@@ -16,6 +17,7 @@ pub mod config;
 pub mod ids;
 pub mod intake;
 pub mod keys;
+pub mod links;
 pub mod metrics;
 pub mod node;
 pub mod queue;

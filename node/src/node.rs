@@ -60,6 +60,8 @@ pub struct NodeState {
     pub(crate) apply_lock: tokio::sync::Mutex<()>,
     /// Wakes the batch loop early (queue reached a full batch).
     pub(crate) batch_wakeup: Notify,
+    /// Incoming MPC links from the peers.
+    pub links: crate::links::LinkHub,
     ready: AtomicBool,
     draining: AtomicBool,
 }
@@ -137,6 +139,7 @@ impl NodeState {
             results_tx,
             apply_lock: tokio::sync::Mutex::new(()),
             batch_wakeup: Notify::new(),
+            links: crate::links::LinkHub::default(),
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
         }))

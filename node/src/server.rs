@@ -160,6 +160,7 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(20), batch_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), orb_server).await;
     // Peers may still be committing to us while we drain; stop last.
+    state.links.close_all();
     let _ = peer_stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), peer_server).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), http).await;

@@ -308,3 +308,77 @@ async fn submit_concurrently(c: &Cluster, envs: &[Vec<u8>]) -> Res {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpc_links_carry_bytes_both_ways_bound_to_the_peer_identity() -> Res {
+    let mut c = Cluster::start(Arc::new(NotEvaluated)).await?;
+    let timeout = Duration::from_secs(5);
+    let client = |from: usize, to: u8| -> Res<PeerServiceClient<_>> {
+        let tls = NodeTls::load(&c.configs[from])?;
+        let cfg = tls.peer_clients.get(&to).ok_or("no client")?.clone();
+        let ch = ocelli_node::tls::channel(
+            c.configs[to as usize].listen.peer,
+            "127.0.0.1",
+            cfg,
+            timeout,
+        )?;
+        Ok(PeerServiceClient::new(ch))
+    };
+    // Party 0 dials party 1 for session 42.
+    let dialer = ocelli_node::links::dial(&client(0, 1)?, 42).await?;
+    let acceptor = c.state(1).links.accept(42, 0, timeout).await?;
+    // Party 2 opening session 43 is not party 0's session 43.
+    let other = ocelli_node::links::dial(&client(2, 1)?, 43).await?;
+    assert!(c
+        .state(1)
+        .links
+        .accept(43, 0, Duration::from_millis(300))
+        .await
+        .is_err());
+    const N: usize = 8;
+    const SIZE: usize = 1 << 20;
+    let started = Instant::now();
+    let a = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        for i in 0..N {
+            if !(dialer.send)(vec![i as u8; SIZE]) {
+                return Err("send".into());
+            }
+        }
+        for i in 0..N {
+            let m = dialer
+                .recv
+                .recv_timeout(Duration::from_secs(20))
+                .map_err(|e| e.to_string())?;
+            if m.len() != SIZE || m[0] != 100 + i as u8 {
+                return Err(format!("bad message {i}"));
+            }
+        }
+        Ok(())
+    });
+    let b = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        for i in 0..N {
+            let m = acceptor
+                .recv
+                .recv_timeout(Duration::from_secs(20))
+                .map_err(|e| e.to_string())?;
+            if m.len() != SIZE || m[SIZE - 1] != i as u8 {
+                return Err(format!("bad message {i}"));
+            }
+            if !(acceptor.send)(vec![100 + i as u8; SIZE]) {
+                return Err("send".into());
+            }
+        }
+        Ok(())
+    });
+    a.await??;
+    b.await??;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "mpc link: {N} x {} KiB each way in {secs:.2} s ({:.0} MiB/s each way, debug build)",
+        SIZE / 1024,
+        (N * SIZE) as f64 / 1048576.0 / secs
+    );
+    drop(other);
+    c.stop_all().await?;
+    Ok(())
+}

@@ -105,12 +105,7 @@ impl PeerService for PeerApi {
         request: Request<Streaming<MpcFrame>>,
     ) -> Result<Response<Self::MpcStreamStream>, Status> {
         let party = self.caller(&request)?;
-        tracing::info!(
-            party,
-            "MPC stream refused: no matching pipeline is configured"
-        );
-        Err(Status::failed_precondition(
-            "no MPC session: the matching pipeline is not enabled on this node",
-        ))
+        let out = crate::links::serve(&self.state.links, party, request.into_inner()).await?;
+        Ok(Response::new(Box::pin(out)))
     }
 }

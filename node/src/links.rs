@@ -1,0 +1,173 @@
+//! Byte links between two parties for MPC round traffic, carried by the
+//! `PeerService.MpcStream` bidirectional stream over mutual TLS.
+//!
+//! A link is what a synchronous protocol core needs: a function that queues
+//! one whole message for the peer (`false` once the link is gone) and a
+//! blocking receiver of whole messages from it. The party with the lower id
+//! dials ([`dial`]); the other side's server registers the incoming stream
+//! in its [`LinkHub`], where the protocol picks it up with
+//! [`LinkHub::accept`]. Both sides name the stream by a session id (e.g.
+//! the batch id). The caller's party id comes from its pinned certificate.
+//!
+//! Messages are queued without bound (one protocol round is at most a few
+//! messages per direction); each must fit in one gRPC message (64 MiB on
+//! the peer port).
+
+use std::collections::HashMap;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use shared_proto::v1::peer_service_client::PeerServiceClient;
+use shared_proto::v1::MpcFrame;
+use tokio::sync::Notify;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Status, Streaming};
+
+/// Queues one message for the peer; `false` if the link is gone.
+pub type Outbound = Box<dyn Fn(Vec<u8>) -> bool + Send>;
+
+/// One end of a link to one peer.
+pub struct MpcLink {
+    /// Sends a whole message.
+    pub send: Outbound,
+    /// Receives whole messages, in order.
+    pub recv: Receiver<Vec<u8>>,
+}
+
+impl std::fmt::Debug for MpcLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpcLink").finish_non_exhaustive()
+    }
+}
+
+/// Incoming links waiting to be claimed, by (session id, peer party).
+#[derive(Debug, Default)]
+pub struct LinkHub {
+    waiting: Mutex<HashMap<(u64, u8), MpcLink>>,
+    arrived: Notify,
+}
+
+impl LinkHub {
+    fn offer(&self, session: u64, peer: u8, link: MpcLink) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((session, peer), link);
+        self.arrived.notify_waiters();
+    }
+
+    /// Drops every unclaimed link (ends their streams), e.g. at shutdown.
+    pub fn close_all(&self) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Waits up to `timeout` for `peer` to open session `session`.
+    ///
+    /// # Errors
+    /// The peer did not connect in time.
+    pub async fn accept(
+        &self,
+        session: u64,
+        peer: u8,
+        timeout: Duration,
+    ) -> Result<MpcLink, Status> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.arrived.notified();
+            if let Some(l) = self
+                .waiting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(session, peer))
+            {
+                return Ok(l);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(Status::deadline_exceeded(format!(
+                    "party {peer} did not open MPC session {session} in time"
+                )));
+            }
+        }
+    }
+}
+
+/// Server side of `MpcStream`: the first frame names the session; the link
+/// is offered to the hub; frames of other sessions end the stream.
+pub(crate) async fn serve(
+    hub: &LinkHub,
+    peer: u8,
+    mut inbound: Streaming<MpcFrame>,
+) -> Result<UnboundedReceiverStream<Result<MpcFrame, Status>>, Status> {
+    let first = inbound
+        .message()
+        .await?
+        .ok_or_else(|| Status::invalid_argument("empty MPC stream"))?;
+    let session = first.session_id;
+    let (in_tx, in_rx) = channel();
+    if !first.payload.is_empty() {
+        let _ = in_tx.send(first.payload);
+    }
+    tokio::spawn(async move {
+        while let Ok(Some(f)) = inbound.message().await {
+            if f.session_id != session || in_tx.send(f.payload).is_err() {
+                break;
+            }
+        }
+    });
+    let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
+    let send: Outbound = Box::new(move |payload| {
+        out_tx
+            .send(Ok(MpcFrame {
+                session_id: session,
+                round: 0,
+                payload,
+            }))
+            .is_ok()
+    });
+    hub.offer(session, peer, MpcLink { send, recv: in_rx });
+    Ok(UnboundedReceiverStream::new(out_rx))
+}
+
+/// Opens session `session` to the peer behind `client`.
+///
+/// # Errors
+/// The peer refused or could not be reached.
+pub async fn dial(client: &PeerServiceClient<Channel>, session: u64) -> Result<MpcLink, Status> {
+    let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
+    // The hello frame names the session.
+    out_tx
+        .send(MpcFrame {
+            session_id: session,
+            round: 0,
+            payload: Vec::new(),
+        })
+        .map_err(|_| Status::internal("link closed"))?;
+    let mut client = client.clone();
+    let mut inbound = client
+        .mpc_stream(UnboundedReceiverStream::new(out_rx))
+        .await?
+        .into_inner();
+    let (in_tx, in_rx) = channel();
+    tokio::spawn(async move {
+        while let Ok(Some(f)) = inbound.message().await {
+            if f.session_id != session || in_tx.send(f.payload).is_err() {
+                break;
+            }
+        }
+    });
+    let send: Outbound = Box::new(move |payload| {
+        out_tx
+            .send(MpcFrame {
+                session_id: session,
+                round: 0,
+                payload,
+            })
+            .is_ok()
+    });
+    Ok(MpcLink { send, recv: in_rx })
+}
