@@ -9,7 +9,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sdk_orb::plaintext::threshold_coefficient;
 use sdk_orb::rotation::ROTATION_COUNT;
-use sdk_orb::shamir::{share_eye, EyeShares, PartyShares};
+use sdk_orb::shamir::PartyShares;
 use sdk_orb::{IrisTemplate, CODE_COEFS, MASK_COEFS};
 
 use crate::engine::{mac_peak, CpuEngine, DotEngine, Kernel};
@@ -64,6 +64,7 @@ pub struct BenchReport {
 }
 
 /// CPU seconds (user and system) this process has used.
+#[allow(unsafe_code)]
 fn process_cpu_seconds() -> f64 {
     // SAFETY: getrusage writes into the zeroed struct we own.
     let usage = unsafe {
@@ -83,17 +84,6 @@ fn measure<R>(f: impl FnOnce() -> R) -> (R, f64) {
 
 fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
     (0..n).map(|_| rng.next_u32() as u16).collect()
-}
-
-fn share_person(rng: &mut ChaCha20Rng, left: &IrisTemplate, right: &IrisTemplate) -> [PartyShares; 3] {
-    let mut l = Box::new([EyeShares::zero(), EyeShares::zero(), EyeShares::zero()]);
-    let mut r = Box::new([EyeShares::zero(), EyeShares::zero(), EyeShares::zero()]);
-    share_eye(rng, left, &mut l);
-    share_eye(rng, right, &mut r);
-    core::array::from_fn(|i| PartyShares {
-        left: l[i].clone(),
-        right: r[i].clone(),
-    })
 }
 
 /// The plaintext baseline: fractional-Hamming matching by popcount on the packed bits, with the
@@ -117,7 +107,11 @@ mod plaintext {
     }
 
     #[inline(always)]
-    fn count(queries: &[(IrisTemplate, IrisTemplate)], db: &[(IrisTemplate, IrisTemplate)], a: u32) -> usize {
+    fn count(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
         let mut total = 0;
         for (ql, qr) in queries {
             for (query, eye) in [(ql, 0), (qr, 1)] {
@@ -126,7 +120,8 @@ mod plaintext {
                     let (qc, qm) = (rotated.code().words(), rotated.mask().words());
                     for person in db {
                         let e = if eye == 0 { &person.0 } else { &person.1 };
-                        total += usize::from(matches(qc, qm, e.code().words(), e.mask().words(), a));
+                        total +=
+                            usize::from(matches(qc, qm, e.code().words(), e.mask().words(), a));
                     }
                 }
             }
@@ -135,19 +130,34 @@ mod plaintext {
     }
 
     #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vpopcntdq,popcnt")]
-    fn count_avx512(queries: &[(IrisTemplate, IrisTemplate)], db: &[(IrisTemplate, IrisTemplate)], a: u32) -> usize {
+    fn count_avx512(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
         count(queries, db, a)
     }
 
     #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
     #[target_feature(enable = "popcnt")]
-    fn count_popcnt(queries: &[(IrisTemplate, IrisTemplate)], db: &[(IrisTemplate, IrisTemplate)], a: u32) -> usize {
+    fn count_popcnt(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
         count(queries, db, a)
     }
 
     /// Matching (query rotation, enrolled eye) pairs, counted.
-    pub fn count_matches(queries: &[(IrisTemplate, IrisTemplate)], db: &[(IrisTemplate, IrisTemplate)], a: u32) -> usize {
+    #[allow(unsafe_code)]
+    pub fn count_matches(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512vpopcntdq")
@@ -194,7 +204,9 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     progress("comparison phase");
     let a = threshold_coefficient(0.345);
     let comparisons = rows * n;
-    let md: Vec<u16> = (0..comparisons).map(|_| (rng.next_u32() % 12_801) as u16).collect();
+    let md: Vec<u16> = (0..comparisons)
+        .map(|_| (rng.next_u32() % 12_801) as u16)
+        .collect();
     let cd: Vec<u16> = md.iter().map(|&m| m / 2).collect();
     let (cd_shares, md_shares) = (additive_u16(&mut rng, &cd), additive_u16(&mut rng, &md));
     let (_, compare_seconds) = measure(|| {
@@ -211,9 +223,9 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let people: Vec<(IrisTemplate, IrisTemplate)> = (0..n + q)
         .map(|_| (synthetic::eye(&mut rng), synthetic::eye(&mut rng)))
         .collect();
-    let shares: Vec<[PartyShares; 3]> = people
+    let shares: Vec<Vec<PartyShares>> = people
         .iter()
-        .map(|(l, r)| share_person(&mut rng, l, r))
+        .map(|(l, r)| synthetic::share_person(&mut rng, l, r))
         .collect();
     let engines: Vec<CpuEngine> = (0..3)
         .map(|_| CpuEngine::with(kernel, 1).expect("supported"))
@@ -250,7 +262,8 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let bytes = results[0].1.bytes_sent as f64 / pipeline_comparisons as f64;
 
     progress("plaintext matcher");
-    let (matches, plain_seconds) = measure(|| plaintext::count_matches(&people[n..], &people[..n], a));
+    let (matches, plain_seconds) =
+        measure(|| plaintext::count_matches(&people[n..], &people[..n], a));
     std::hint::black_box(matches);
     let plain_rate = pipeline_comparisons as f64 / plain_seconds;
 

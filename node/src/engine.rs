@@ -6,6 +6,8 @@
 //! and pass one parity suite against `sdk_orb::preprocess::dot`.
 
 pub mod cpu;
+// SIMD intrinsics and target-feature dispatch need `unsafe`; each use states its safety.
+#[allow(unsafe_code)]
 mod kernels;
 
 pub use cpu::{CpuEngine, Kernel};

@@ -8,20 +8,25 @@
 //! checks envelopes; [`store`] keeps everything durable; [`batch`] agrees on
 //! and applies batches; [`links`] carries MPC round traffic between parties;
 //! [`client`] is what orbs and tests use.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs, clippy::unwrap_used)]
 
 pub mod batch;
+pub mod bench;
 pub mod client;
 pub mod config;
+pub mod engine;
 pub mod ids;
 pub mod intake;
 pub mod keys;
 pub mod links;
 pub mod metrics;
+pub mod mpc;
 pub mod node;
+pub mod pipeline;
 pub mod queue;
 pub mod server;
 pub mod shares;
 pub mod store;
+pub mod synthetic;
 pub mod tls;

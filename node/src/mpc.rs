@@ -23,4 +23,3 @@ pub use network::{ChannelTransport, InMemoryTransport, NetworkError, Outbound, P
 pub use randomness::CorrelatedRandomness;
 pub use session::{Session, Traffic};
 pub use share::Replicated;
-

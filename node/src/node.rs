@@ -229,7 +229,7 @@ fn load_shares(store: &dyn Store, metrics: &Metrics) -> Result<ShareDb, StoreErr
     store.for_each_share(&mut |id, s| {
         db.put(id, s);
         n += 1;
-        if n % 256 == 0 {
+        if n.is_multiple_of(256) {
             bar.set_position(n);
         }
     })?;

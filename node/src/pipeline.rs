@@ -163,7 +163,9 @@ pub fn evaluate<T: Transport>(
         let mut pass = PassInputs::new(pairs);
         for p in 0..pass.pairs.len() {
             let (j, against) = pass.pairs[p];
-            let query = prepared[j].as_ref().expect("prepared for every matching request");
+            let query = prepared[j]
+                .as_ref()
+                .expect("prepared for every matching request");
             for eye in 0..2 {
                 let (code, mask): (&[u16], &[u16]) = match against {
                     Against::Earlier(k) => {
@@ -183,7 +185,14 @@ pub fn evaluate<T: Transport>(
                 }
             }
         }
-        run_pass(session, pass, requests, config, &mut results, &mut any_shared)?;
+        run_pass(
+            session,
+            pass,
+            requests,
+            config,
+            &mut results,
+            &mut any_shared,
+        )?;
     }
 
     // Database passes.
@@ -198,7 +207,9 @@ pub fn evaluate<T: Transport>(
             query_codes[eye].reserve(rows * CODE_COEFS);
             query_masks[eye].reserve(rows * MASK_COEFS);
             for &j in &scanning {
-                let q = prepared[j].as_ref().expect("prepared for every matching request");
+                let q = prepared[j]
+                    .as_ref()
+                    .expect("prepared for every matching request");
                 query_codes[eye].extend_from_slice(q.codes(eye));
                 query_masks[eye].extend_from_slice(q.masks(eye));
             }
@@ -241,13 +252,23 @@ pub fn evaluate<T: Transport>(
                     }
                 }
             }
-            run_pass(session, pass, requests, config, &mut results, &mut any_shared)?;
+            run_pass(
+                session,
+                pass,
+                requests,
+                config,
+                &mut results,
+                &mut any_shared,
+            )?;
         }
     }
 
     if config.privacy_max {
         let opened = session.open_bits(&any_shared)?;
-        for (j, any) in plane_to_bits(&opened, requests.len()).into_iter().enumerate() {
+        for (j, any) in plane_to_bits(&opened, requests.len())
+            .into_iter()
+            .enumerate()
+        {
             results[j].any = any;
         }
     }
@@ -281,7 +302,12 @@ fn run_pass<T: Transport>(
     let either = left.xor(&right);
     let masked = Replicated::new(
         either.own.iter().zip(&policy).map(|(x, m)| x & m).collect(),
-        either.prev.iter().zip(&policy).map(|(x, m)| x & m).collect(),
+        either
+            .prev
+            .iter()
+            .zip(&policy)
+            .map(|(x, m)| x & m)
+            .collect(),
     );
     let person = both.xor(&masked);
 
@@ -305,7 +331,10 @@ fn run_pass<T: Transport>(
         *any_shared = or(session, any_shared, &per_request)?;
     } else {
         let opened = session.open_bits(&person)?;
-        for (p, bit) in plane_to_bits(&opened, pass.pairs.len()).into_iter().enumerate() {
+        for (p, bit) in plane_to_bits(&opened, pass.pairs.len())
+            .into_iter()
+            .enumerate()
+        {
             if bit {
                 let (j, against) = pass.pairs[p];
                 results[j].any = true;

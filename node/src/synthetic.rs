@@ -10,6 +10,7 @@
 //!   distance to the original at the best rotation is 0.2 to 0.3.
 
 use rand_core::{CryptoRng, RngCore};
+use sdk_orb::shamir::{share_eye, EyeShares, PartyShares};
 use sdk_orb::template::{IrisBits, IrisTemplate, TemplatePolicy};
 use sdk_orb::CODE_BITS;
 
@@ -55,8 +56,12 @@ pub fn eye<R: RngCore + CryptoRng>(rng: &mut R) -> IrisTemplate {
 
 /// A re-capture of `original`: rotated by an offset in -10..=10, 20 to 30 percent of the
 /// bits flipped, freshly masked. Returns the template and the offset.
-pub fn recapture<R: RngCore + CryptoRng>(rng: &mut R, original: &IrisTemplate) -> (IrisTemplate, i32) {
-    let offset = (rng.next_u32() % (2 * MAX_RECAPTURE_OFFSET as u32 + 1)) as i32 - MAX_RECAPTURE_OFFSET;
+pub fn recapture<R: RngCore + CryptoRng>(
+    rng: &mut R,
+    original: &IrisTemplate,
+) -> (IrisTemplate, i32) {
+    let offset =
+        (rng.next_u32() % (2 * MAX_RECAPTURE_OFFSET as u32 + 1)) as i32 - MAX_RECAPTURE_OFFSET;
     let flip = uniform(rng, 0.20, 0.30);
     let threshold = (flip * u32::MAX as f64) as u32;
     let rotated = original.rotated(offset);
@@ -67,6 +72,24 @@ pub fn recapture<R: RngCore + CryptoRng>(rng: &mut R, original: &IrisTemplate) -
         }
     }
     (template(code, random_mask(rng)), offset)
+}
+
+/// The three parties' shares of a person, as an orb would produce them (without sealing).
+pub fn share_person<R: RngCore + CryptoRng>(
+    rng: &mut R,
+    left: &IrisTemplate,
+    right: &IrisTemplate,
+) -> Vec<PartyShares> {
+    let mut l = Box::new([EyeShares::zero(), EyeShares::zero(), EyeShares::zero()]);
+    let mut r = Box::new([EyeShares::zero(), EyeShares::zero(), EyeShares::zero()]);
+    share_eye(rng, left, &mut l);
+    share_eye(rng, right, &mut r);
+    (0..3)
+        .map(|i| PartyShares {
+            left: l[i].clone(),
+            right: r[i].clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -45,6 +45,7 @@ impl Kernel {
         out
     }
 
+    #[allow(unsafe_code)]
     fn tile(self, q: &[&[u16]; TILE_Q], d: &[&[u16]; TILE_D]) -> Tile {
         match self {
             #[cfg(target_arch = "x86_64")]
@@ -166,7 +167,10 @@ impl DotEngine for CpuEngine {
     }
 
     fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
-        assert!(len > 0 && len % 64 == 0, "vector length must be a multiple of 64");
+        assert!(
+            len > 0 && len.is_multiple_of(64),
+            "vector length must be a multiple of 64"
+        );
         assert_eq!(queries.len() % len, 0);
         assert_eq!(db.len() % len, 0);
         assert_eq!(out.len(), (queries.len() / len) * (db.len() / len));

@@ -26,9 +26,9 @@ pub fn tile_scalar(q: &[&[u16]; TILE_Q], d: &[&[u16]; TILE_D]) -> Tile {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::{tile_avx2, tile_avx512_vnni};
-#[cfg(target_arch = "x86_64")]
 use x86::{peak_avx2, peak_avx512_vnni};
+#[cfg(target_arch = "x86_64")]
+pub use x86::{tile_avx2, tile_avx512_vnni};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -84,7 +84,9 @@ mod x86 {
                 *x = _mm512_dpwssd_epi32(*x, a, b);
             }
         }
-        let sum = acc.iter().fold(0i32, |s, x| s.wrapping_add(_mm512_reduce_add_epi32(*x)));
+        let sum = acc
+            .iter()
+            .fold(0i32, |s, x| s.wrapping_add(_mm512_reduce_add_epi32(*x)));
         core::hint::black_box(sum);
         iters * 16 * 32
     }
@@ -104,7 +106,9 @@ mod x86 {
             }
         }
         let mut lanes = [0i32; 8];
-        let total = acc.iter().fold(_mm256_setzero_si256(), |s, x| _mm256_add_epi32(s, *x));
+        let total = acc
+            .iter()
+            .fold(_mm256_setzero_si256(), |s, x| _mm256_add_epi32(s, *x));
         // SAFETY: lanes is 32 bytes.
         unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), total) };
         core::hint::black_box(lanes);

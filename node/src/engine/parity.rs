@@ -32,7 +32,10 @@ pub fn check_engine(engine: &dyn DotEngine) {
         engine.dot(&queries, &db, len, &mut out);
         for q in 0..nq {
             for d in 0..nd {
-                let expected = dot(&db[d * len..(d + 1) * len], &queries[q * len..(q + 1) * len]);
+                let expected = dot(
+                    &db[d * len..(d + 1) * len],
+                    &queries[q * len..(q + 1) * len],
+                );
                 assert_eq!(
                     out[q * nd + d],
                     expected,

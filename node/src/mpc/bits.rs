@@ -24,13 +24,15 @@ pub fn to_planes<T: Copy + Into<u64>>(values: &[T], k: usize) -> Vec<u64> {
 
 /// The bits of one plane as 0/1 values, `n` of them.
 pub fn plane_to_bits(plane: &[u64], n: usize) -> Vec<bool> {
-    (0..n).map(|e| (plane[e / 64] >> (e % 64)) & 1 == 1).collect()
+    (0..n)
+        .map(|e| (plane[e / 64] >> (e % 64)) & 1 == 1)
+        .collect()
 }
 
 /// A plane with the first `n` bits set: the public constant 1 for `n` elements.
 pub fn ones(n: usize) -> Vec<u64> {
     let mut plane = vec![u64::MAX; words_for(n)];
-    if n % 64 != 0 {
+    if !n.is_multiple_of(64) {
         if let Some(last) = plane.last_mut() {
             *last = (1u64 << (n % 64)) - 1;
         }

@@ -113,7 +113,7 @@ pub fn or_blocks<T: Transport>(
     x: &Replicated<u64>,
     groups: usize,
 ) -> Result<Replicated<u64>, NetworkError> {
-    assert!(groups > 0 && x.len() % groups == 0);
+    assert!(groups > 0 && x.len().is_multiple_of(groups));
     let w = x.len() / groups;
     let mut current = x.clone();
     let mut count = groups;

@@ -62,7 +62,13 @@ pub fn inject_bits<T: Transport>(
             let w0 = session.randomness().next_u16(n);
             let w1 = session.randomness().next_u16(n);
             let chosen: Vec<u16> = (0..n)
-                .map(|e| if bit(&bits.prev, e) == 1 { w1[e] } else { w0[e] })
+                .map(|e| {
+                    if bit(&bits.prev, e) == 1 {
+                        w1[e]
+                    } else {
+                        w0[e]
+                    }
+                })
                 .collect();
             session.send(Peer::Prev, &chosen)?;
             let m: Vec<u16> = session.recv(Peer::Prev, n)?;

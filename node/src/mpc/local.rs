@@ -16,7 +16,7 @@ use super::share::Replicated;
 pub struct Recording {
     inner: InMemoryTransport,
     /// Messages received, in order.
-    pub received: Vec<(Peer, Vec<u8>)>,
+    pub received: View,
 }
 
 impl Transport for Recording {
@@ -31,12 +31,15 @@ impl Transport for Recording {
     }
 }
 
+/// The messages one party received, in order, with their senders.
+pub type View = Vec<(Peer, Vec<u8>)>;
+
 /// Runs `f` as each of the three parties concurrently; returns their results, traffic and
 /// received messages.
 pub fn run_three<R: Send>(
     seed: u64,
     f: impl Fn(&mut Session<'_, Recording>) -> R + Sync,
-) -> [(R, Traffic, Vec<(Peer, Vec<u8>)>); 3] {
+) -> [(R, Traffic, View); 3] {
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     // seeds[i] is shared by parties i and i+1.
     let seeds: [[u8; 32]; 3] = core::array::from_fn(|_| {
@@ -51,15 +54,19 @@ pub fn run_three<R: Send>(
             .into_iter()
             .enumerate()
             .map(|(i, inner)| {
-                let seeds = seeds;
-                scope.spawn(move || {
+                let party = std::thread::Builder::new()
+                    .name(format!("party-{i}"))
+                    // Shares of a person are 77 KB; unoptimised builds keep several on the stack.
+                    .stack_size(8 << 20);
+                party.spawn_scoped(scope, move || {
                     let mut transport = Recording {
                         inner,
                         received: Vec::new(),
                     };
                     let mut randomness =
                         CorrelatedRandomness::from_seeds(&seeds[i], &seeds[(i + 2) % 3]);
-                    let mut session = Session::new(PartyId::ALL[i], &mut transport, &mut randomness);
+                    let mut session =
+                        Session::new(PartyId::ALL[i], &mut transport, &mut randomness);
                     let out = f(&mut session);
                     let traffic = session.traffic();
                     (out, traffic, transport.received)
@@ -68,7 +75,11 @@ pub fn run_three<R: Send>(
             .collect();
         let mut results: Vec<_> = handles
             .into_iter()
-            .map(|h| h.join().expect("party thread panicked"))
+            .map(|h| {
+                h.expect("spawn a party thread")
+                    .join()
+                    .expect("party thread panicked")
+            })
             .collect();
         let c = results.pop().expect("three");
         let b = results.pop().expect("three");
@@ -107,7 +118,10 @@ pub fn open_bits(shares: [&Replicated<u64>; 3]) -> Vec<u64> {
 /// Opens replicated u32 shares, checking consistency.
 pub fn open_u32(shares: [&Replicated<u32>; 3]) -> Vec<u32> {
     for i in 0..3 {
-        assert!(shares[i].prev == shares[(i + 2) % 3].own, "inconsistent components");
+        assert!(
+            shares[i].prev == shares[(i + 2) % 3].own,
+            "inconsistent components"
+        );
     }
     (0..shares[0].len())
         .map(|j| {

@@ -110,13 +110,18 @@ pub type InMemoryTransport = ChannelTransport;
 /// Builds a connected in-memory network; element `i` is party `i`'s end.
 pub fn in_memory_network() -> [InMemoryTransport; 3] {
     // forward[i] carries i -> i+1; backward[i] carries i -> i-1.
-    let (forward_tx, forward_rx): (Vec<Sender<Vec<u8>>>, Vec<Receiver<Vec<u8>>>) =
-        (0..3).map(|_| channel()).unzip();
-    let (backward_tx, backward_rx): (Vec<Sender<Vec<u8>>>, Vec<Receiver<Vec<u8>>>) =
-        (0..3).map(|_| channel()).unzip();
-    let mut forward_rx: Vec<Option<Receiver<Vec<u8>>>> = forward_rx.into_iter().map(Some).collect();
-    let mut backward_rx: Vec<Option<Receiver<Vec<u8>>>> =
-        backward_rx.into_iter().map(Some).collect();
+    let mut forward_tx = Vec::new();
+    let mut forward_rx = Vec::new();
+    let mut backward_tx = Vec::new();
+    let mut backward_rx = Vec::new();
+    for _ in 0..3 {
+        let (tx, rx) = channel::<Vec<u8>>();
+        forward_tx.push(tx);
+        forward_rx.push(Some(rx));
+        let (tx, rx) = channel::<Vec<u8>>();
+        backward_tx.push(tx);
+        backward_rx.push(Some(rx));
+    }
     let outbound = |tx: &Sender<Vec<u8>>| -> Outbound {
         let tx = tx.clone();
         Box::new(move |m| tx.send(m).is_ok())

@@ -56,7 +56,8 @@ pub struct CorrelatedRandomness {
 
 impl core::fmt::Debug for CorrelatedRandomness {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("CorrelatedRandomness").finish_non_exhaustive()
+        f.debug_struct("CorrelatedRandomness")
+            .finish_non_exhaustive()
     }
 }
 
@@ -140,12 +141,12 @@ mod tests {
             .map(|i| CorrelatedRandomness::from_seeds(&seeds[i], &seeds[(i + 2) % 3]))
             .collect();
         let z: Vec<Vec<u16>> = r.iter_mut().map(|r| r.zero_u16(100)).collect();
-        for j in 0..100 {
-            assert_eq!(z[0][j].wrapping_add(z[1][j]).wrapping_add(z[2][j]), 0);
+        for ((a, b), c) in z[0].iter().zip(&z[1]).zip(&z[2]) {
+            assert_eq!(a.wrapping_add(*b).wrapping_add(*c), 0);
         }
         let b: Vec<Vec<u64>> = r.iter_mut().map(|r| r.zero_bits(10)).collect();
-        for j in 0..10 {
-            assert_eq!(b[0][j] ^ b[1][j] ^ b[2][j], 0);
+        for ((x, y), z) in b[0].iter().zip(&b[1]).zip(&b[2]) {
+            assert_eq!(x ^ y ^ z, 0);
         }
         assert!(z[0].iter().any(|&v| v != 0));
     }

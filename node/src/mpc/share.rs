@@ -40,7 +40,7 @@ pub fn encode<T: Word>(words: &[T]) -> Vec<u8> {
 
 /// Parses words from the wire; `None` if the length is not a whole number of words.
 pub fn decode<T: Word>(bytes: &[u8]) -> Option<Vec<T>> {
-    if bytes.len() % T::BYTES != 0 {
+    if !bytes.len().is_multiple_of(T::BYTES) {
         return None;
     }
     Some(bytes.chunks_exact(T::BYTES).map(T::get).collect())
@@ -120,8 +120,16 @@ impl Replicated<u64> {
     pub fn xor(&self, other: &Replicated<u64>) -> Replicated<u64> {
         assert_eq!(self.len(), other.len());
         Replicated::new(
-            self.own.iter().zip(&other.own).map(|(a, b)| a ^ b).collect(),
-            self.prev.iter().zip(&other.prev).map(|(a, b)| a ^ b).collect(),
+            self.own
+                .iter()
+                .zip(&other.own)
+                .map(|(a, b)| a ^ b)
+                .collect(),
+            self.prev
+                .iter()
+                .zip(&other.prev)
+                .map(|(a, b)| a ^ b)
+                .collect(),
         )
     }
 

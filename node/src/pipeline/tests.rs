@@ -6,21 +6,9 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use sdk_orb::plaintext::{dot_products, threshold_coefficient};
 use sdk_orb::rotation::rotations;
-use sdk_orb::shamir::{share_eye, EyeShares};
 use sdk_orb::IrisTemplate;
 
 type Person = (IrisTemplate, IrisTemplate);
-
-fn share_person(rng: &mut ChaCha20Rng, p: &Person) -> [PartyShares; 3] {
-    let mut left = Box::new([EyeShares::zero(), EyeShares::zero(), EyeShares::zero()]);
-    let mut right = Box::new([EyeShares::zero(), EyeShares::zero(), EyeShares::zero()]);
-    share_eye(rng, &p.0, &mut left);
-    share_eye(rng, &p.1, &mut right);
-    core::array::from_fn(|i| PartyShares {
-        left: left[i].clone(),
-        right: right[i].clone(),
-    })
-}
 
 /// The plaintext rule the MPC computes: an eye matches if some rotation of the query passes
 /// `2^16 cd > A md`; a person matches if both eyes do (or either, under the OR policy).
@@ -50,11 +38,17 @@ fn decisions_equal_the_plaintext_reference() {
     let a = threshold_coefficient(0.345);
     let person = |rng: &mut ChaCha20Rng| (synthetic::eye(rng), synthetic::eye(rng));
     let recapture = |rng: &mut ChaCha20Rng, p: &Person| {
-        (synthetic::recapture(rng, &p.0).0, synthetic::recapture(rng, &p.1).0)
+        (
+            synthetic::recapture(rng, &p.0).0,
+            synthetic::recapture(rng, &p.1).0,
+        )
     };
     let enrolled: Vec<Person> = (0..7).map(|_| person(&mut rng)).collect();
     let stranger = person(&mut rng);
-    let half = (synthetic::recapture(&mut rng, &enrolled[1].0).0, synthetic::eye(&mut rng));
+    let half = (
+        synthetic::recapture(&mut rng, &enrolled[1].0).0,
+        synthetic::eye(&mut rng),
+    );
     let db_case = |p: Person, or_policy| Case {
         person: p,
         target: Target::Database,
@@ -62,7 +56,7 @@ fn decisions_equal_the_plaintext_reference() {
         candidate: true,
         or_policy,
     };
-    let cases = vec![
+    let cases = [
         db_case(recapture(&mut rng, &enrolled[2]), false),
         db_case(stranger.clone(), false),
         db_case(recapture(&mut rng, &stranger), false),
@@ -128,10 +122,14 @@ fn decisions_equal_the_plaintext_reference() {
     assert!(expected[3].any && !expected[4].any);
     assert!(expected[5].any && !expected[6].any, "OR policy matters");
 
-    let enrolled_shares: Vec<[PartyShares; 3]> =
-        enrolled.iter().map(|p| share_person(&mut rng, p)).collect();
-    let case_shares: Vec<[PartyShares; 3]> =
-        cases.iter().map(|c| share_person(&mut rng, &c.person)).collect();
+    let enrolled_shares: Vec<Vec<PartyShares>> = enrolled
+        .iter()
+        .map(|p| synthetic::share_person(&mut rng, &p.0, &p.1))
+        .collect();
+    let case_shares: Vec<Vec<PartyShares>> = cases
+        .iter()
+        .map(|c| synthetic::share_person(&mut rng, &c.person.0, &c.person.1))
+        .collect();
     for privacy_max in [false, true] {
         let config = PipelineConfig {
             threshold_a: a,
@@ -163,7 +161,10 @@ fn decisions_equal_the_plaintext_reference() {
                 let any: Vec<bool> = party.0.iter().map(|r| r.any).collect();
                 let want: Vec<bool> = expected.iter().map(|r| r.any).collect();
                 assert_eq!(any, want, "privacy-max");
-                assert!(party.0.iter().all(|r| r.entries.is_empty() && r.earlier.is_empty()));
+                assert!(party
+                    .0
+                    .iter()
+                    .all(|r| r.entries.is_empty() && r.earlier.is_empty()));
             } else {
                 assert_eq!(party.0, expected);
             }
@@ -177,7 +178,10 @@ fn deletion_leaves_no_share_behind() {
     let people: Vec<Person> = (0..3)
         .map(|_| (synthetic::eye(&mut rng), synthetic::eye(&mut rng)))
         .collect();
-    let shares: Vec<[PartyShares; 3]> = people.iter().map(|p| share_person(&mut rng, p)).collect();
+    let shares: Vec<Vec<PartyShares>> = people
+        .iter()
+        .map(|p| synthetic::share_person(&mut rng, &p.0, &p.1))
+        .collect();
     let mut db = MatchDb::new();
     for (d, s) in shares.iter().enumerate() {
         db.push(d as u64 + 1, &s[0]);

@@ -51,23 +51,33 @@ fn msb_of_shared_u32_values() {
 fn dot_products(rng: &mut ChaCha20Rng, a: u32, n: usize) -> Vec<DotProducts> {
     let mut out = vec![
         DotProducts { cd: 0, md: 0 },
-        DotProducts { cd: 12_800, md: 12_800 },
-        DotProducts { cd: -12_800, md: 12_800 },
+        DotProducts {
+            cd: 12_800,
+            md: 12_800,
+        },
+        DotProducts {
+            cd: -12_800,
+            md: 12_800,
+        },
         DotProducts { cd: 1, md: 1 },
         DotProducts { cd: -1, md: 1 },
     ];
     while out.len() < n {
         let md = rng.next_u32() % 12_801;
-        let cd = if rng.next_u32() % 2 == 0 {
+        let cd = if rng.next_u32().is_multiple_of(2) {
             // Near the threshold: cd = A md / 2^16 plus a small offset.
-            let center = (u64::from(a) * u64::from(md) >> 16) as i64;
+            let center = ((u64::from(a) * u64::from(md)) >> 16) as i64;
             center + i64::from(rng.next_u32() % 7) - 3
         } else {
             i64::from(rng.next_u32() % (2 * md + 1)) - i64::from(md)
         };
         // cd has the parity of md and lies in [-md, md].
         let cd = cd.clamp(-i64::from(md), i64::from(md));
-        let cd = if (cd - i64::from(md)) % 2 != 0 { cd - 1 } else { cd };
+        let cd = if (cd - i64::from(md)) % 2 != 0 {
+            cd - 1
+        } else {
+            cd
+        };
         if cd >= -i64::from(md) {
             out.push(DotProducts { cd: cd as i32, md });
         }
@@ -111,7 +121,11 @@ fn or_over_blocks_and_padding_bits() {
     let n = 100;
     let w = words_for(n);
     let blocks: Vec<Vec<u16>> = (0..31)
-        .map(|_| (0..n).map(|_| u16::from(rng.next_u32() % 40 == 0)).collect())
+        .map(|_| {
+            (0..n)
+                .map(|_| u16::from(rng.next_u32() % 40 == 0))
+                .collect()
+        })
         .collect();
     let planes: Vec<u64> = blocks.iter().flat_map(|b| to_planes(b, 1)).collect();
     let comps: Vec<[u64; 3]> = planes
@@ -157,7 +171,10 @@ fn bit_injection_gives_arithmetic_shares_of_each_bit() {
         crate::mpc::inject::inject_bits(s, &x).expect("inject")
     });
     for i in 0..3 {
-        assert!(out[i].0.prev == out[(i + 2) % 3].0.own, "consistent components");
+        assert!(
+            out[i].0.prev == out[(i + 2) % 3].0.own,
+            "consistent components"
+        );
     }
     for e in 0..64 * words.len() {
         let v = out[0].0.own[e]
