@@ -2,9 +2,10 @@
 //! applied identically on all three nodes ([`apply_commit`]), and the
 //! agreement on which requests form it (party 0's [`coordinator`]).
 //!
-//! Until the MPC matching pipeline is plugged in, [`NotEvaluated`] is the
-//! evaluator: every request is answered "not evaluated" and nothing is
-//! enrolled or changed; no result claims a decision that was not computed.
+//! The production evaluator is the three-party matching pipeline
+//! ([`crate::matching::MpcEvaluator`]). [`NotEvaluated`] answers every request
+//! "not evaluated" and changes nothing; no result claims a decision that was
+//! not computed.
 
 mod apply;
 pub mod coordinator;
@@ -14,6 +15,7 @@ use shared_proto::v1::RequestType;
 pub(crate) use self::apply::digest_of;
 pub use self::apply::{apply_commit, status_label, sweep_expired, ApplyError};
 use crate::ids::{RequestId, SerialId};
+use crate::node::NodeState;
 use crate::shares::{ShareDb, StoredShares};
 
 /// One request of a batch, with this party's shares.
@@ -38,12 +40,33 @@ pub enum Outcome {
     NotEvaluated,
     /// No match (uniqueness: enrol; uniqueness check: report).
     Unique,
-    /// Matched these enrolled entries.
-    Match(Vec<SerialId>),
+    /// Matched: these enrolled entries and these earlier requests of the batch
+    /// (by position among the batch's requests). Both empty in the privacy-max
+    /// mode, where only the fact of a match is opened.
+    Match {
+        /// Matched enrolled entries.
+        entries: Vec<SerialId>,
+        /// Matched earlier requests of the batch.
+        earlier: Vec<usize>,
+    },
     /// Re-authentication matched / did not match.
     Reauth(bool),
     /// Carry out a deletion or reset.
     Apply,
+}
+
+/// What an evaluator gets besides the requests: the node, and the names of
+/// this batch and of its MPC session.
+#[derive(Debug)]
+pub struct EvalContext<'a> {
+    /// The node.
+    pub state: &'a NodeState,
+    /// The batch.
+    pub batch_id: u64,
+    /// The MPC session of this commit attempt (the same on all three nodes).
+    pub session: u64,
+    /// The runtime, for the network side of the evaluation.
+    pub runtime: tokio::runtime::Handle,
 }
 
 /// Computes the outcome of every request in a batch. All three parties run
@@ -51,11 +74,21 @@ pub enum Outcome {
 pub trait BatchEvaluator: Send + Sync + std::fmt::Debug + 'static {
     /// A short name for logs.
     fn name(&self) -> &'static str;
-    /// One outcome per request, in order.
-    fn evaluate(&self, batch_id: u64, requests: &[EvalRequest], db: &ShareDb) -> Vec<Outcome>;
+    /// One outcome per request, in order; matching sees the database as it was
+    /// before the batch.
+    ///
+    /// # Errors
+    /// The evaluation failed (a peer went away); nothing of the batch may be
+    /// applied.
+    fn evaluate(
+        &self,
+        ctx: &EvalContext<'_>,
+        requests: &[EvalRequest],
+        db: &ShareDb,
+    ) -> Result<Vec<Outcome>, String>;
 }
 
-/// The placeholder: evaluates nothing.
+/// Evaluates nothing.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NotEvaluated;
 
@@ -63,8 +96,13 @@ impl BatchEvaluator for NotEvaluated {
     fn name(&self) -> &'static str {
         "not-evaluated"
     }
-    fn evaluate(&self, _: u64, requests: &[EvalRequest], _: &ShareDb) -> Vec<Outcome> {
-        vec![Outcome::NotEvaluated; requests.len()]
+    fn evaluate(
+        &self,
+        _: &EvalContext<'_>,
+        requests: &[EvalRequest],
+        _: &ShareDb,
+    ) -> Result<Vec<Outcome>, String> {
+        Ok(vec![Outcome::NotEvaluated; requests.len()])
     }
 }
 
@@ -79,14 +117,19 @@ impl BatchEvaluator for DangerEnrolEverythingForTests {
     fn name(&self) -> &'static str {
         "danger-enrol-everything-for-tests"
     }
-    fn evaluate(&self, _: u64, requests: &[EvalRequest], _: &ShareDb) -> Vec<Outcome> {
-        requests
+    fn evaluate(
+        &self,
+        _: &EvalContext<'_>,
+        requests: &[EvalRequest],
+        _: &ShareDb,
+    ) -> Result<Vec<Outcome>, String> {
+        Ok(requests
             .iter()
             .map(|r| match r.request_type {
                 RequestType::Uniqueness | RequestType::UniquenessCheck => Outcome::Unique,
                 RequestType::Deletion | RequestType::Reset => Outcome::Apply,
                 _ => Outcome::NotEvaluated,
             })
-            .collect()
+            .collect())
     }
 }

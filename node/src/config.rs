@@ -29,6 +29,9 @@ pub struct NodeConfig {
     /// Batch formation.
     #[serde(default)]
     pub batch: BatchConfig,
+    /// Matching pipeline.
+    #[serde(default)]
+    pub matching: MatchingConfig,
 }
 
 /// Listen addresses.
@@ -65,6 +68,43 @@ pub struct KeysConfig {
     pub result_signing: PathBuf,
     /// File with one allowed orb Ed25519 verifying key (hex) per line.
     pub orb_allow_list: PathBuf,
+    /// The three nodes' X25519 public keys (the 96-byte bundle `keygen` writes);
+    /// the matching pipeline derives its pairwise PRF seeds from them.
+    #[serde(default)]
+    pub node_public_keys: Option<PathBuf>,
+}
+
+/// The matching pipeline; identical on the three nodes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MatchingConfig {
+    /// Run the three-party matching pipeline. Off: every request is answered
+    /// "not evaluated" and nothing is enrolled.
+    pub enabled: bool,
+    /// Match threshold on the fractional Hamming distance.
+    pub threshold: f64,
+    /// Open only one bit per request (whether anything matched), not which
+    /// serial ids matched.
+    pub privacy_max: bool,
+    /// Database entries per comparison pass (bounds memory).
+    pub chunk_entries: usize,
+    /// Threads of the dot-product engine; 0 = one per core.
+    pub threads: usize,
+    /// How long to wait for a peer's message within a protocol round, ms.
+    pub round_timeout_ms: u64,
+}
+
+impl Default for MatchingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            threshold: 0.345,
+            privacy_max: false,
+            chunk_entries: 4096,
+            threads: 0,
+            round_timeout_ms: 120_000,
+        }
+    }
 }
 
 /// One of the other two parties.
@@ -119,6 +159,8 @@ pub struct BatchConfig {
     pub request_timeout_ms: u64,
     /// Deadline of one node-to-node call, milliseconds.
     pub peer_rpc_timeout_ms: u64,
+    /// How long a peer may take to evaluate and apply a committed batch.
+    pub commit_timeout_ms: u64,
 }
 
 impl Default for BatchConfig {
@@ -128,6 +170,7 @@ impl Default for BatchConfig {
             interval_ms: 200,
             request_timeout_ms: 30_000,
             peer_rpc_timeout_ms: 5_000,
+            commit_timeout_ms: 600_000,
         }
     }
 }
@@ -144,6 +187,11 @@ impl BatchConfig {
     /// `peer_rpc_timeout_ms` as a duration.
     pub fn peer_rpc_timeout(&self) -> Duration {
         Duration::from_millis(self.peer_rpc_timeout_ms)
+    }
+
+    /// `commit_timeout_ms` as a duration.
+    pub fn commit_timeout(&self) -> Duration {
+        Duration::from_millis(self.commit_timeout_ms)
     }
 }
 
@@ -248,6 +296,10 @@ impl NodeConfig {
             "OCELLI_BATCH_REQUEST_TIMEOUT_MS",
             self.batch.request_timeout_ms
         );
+        over!("OCELLI_MATCHING_ENABLED", self.matching.enabled);
+        over!("OCELLI_MATCHING_THRESHOLD", self.matching.threshold);
+        over!("OCELLI_MATCHING_PRIVACY_MAX", self.matching.privacy_max);
+        over!("OCELLI_MATCHING_THREADS", self.matching.threads);
         Ok(())
     }
 
@@ -265,6 +317,9 @@ impl NodeConfig {
         fix(&mut self.keys.hpke_secret);
         fix(&mut self.keys.result_signing);
         fix(&mut self.keys.orb_allow_list);
+        if let Some(p) = &mut self.keys.node_public_keys {
+            fix(p);
+        }
         for p in &mut self.peers {
             fix(&mut p.cert);
         }
@@ -295,6 +350,15 @@ impl NodeConfig {
         if self.intake.max_concurrent == 0 {
             return bad("intake.max_concurrent must be at least 1");
         }
+        if !(0.0..0.5).contains(&self.matching.threshold) {
+            return bad("matching.threshold must lie in [0, 0.5)");
+        }
+        if self.matching.chunk_entries == 0 {
+            return bad("matching.chunk_entries must be at least 1");
+        }
+        if self.matching.enabled && self.keys.node_public_keys.is_none() {
+            return bad("keys.node_public_keys is required when matching is enabled");
+        }
         Ok(())
     }
 
@@ -323,6 +387,7 @@ key = "k.pem"
 hpke_secret = "h"
 result_signing = "r"
 orb_allow_list = "o"
+node_public_keys = "n.bin"
 [[peers]]
 party_id = 0
 address = "127.0.0.1:4"
@@ -340,6 +405,17 @@ cert = "p2.pem"
         assert_eq!(c.batch.max_size, 7);
         c.resolve_paths(Path::new("/etc/ocelli"));
         assert_eq!(c.tls.ca, Path::new("/etc/ocelli/ca.pem"));
+        c.validate()?;
+        assert_eq!(
+            c.keys.node_public_keys.as_deref(),
+            Some(Path::new("/etc/ocelli/n.bin"))
+        );
+        assert!(c.matching.enabled);
+        c.apply_env(|k| (k == "OCELLI_MATCHING_PRIVACY_MAX").then(|| "true".to_owned()))?;
+        assert!(c.matching.privacy_max);
+        c.keys.node_public_keys = None;
+        assert!(c.validate().is_err(), "matching needs the node public keys");
+        c.matching.enabled = false;
         c.validate()?;
         let e = c.apply_env(|k| (k == "OCELLI_PARTY_ID").then(|| "x".to_owned()));
         assert!(matches!(e, Err(ConfigError::Env { .. })));

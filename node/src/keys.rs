@@ -283,7 +283,8 @@ pub fn sample_config(party: u8, base: u16) -> String {
          [listen]\norb = \"127.0.0.1:{}\"\npeer = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:{}\"\n\n\
          [tls]\nca = \"ca.pem\"\ncert = \"party{party}/tls.pem\"\nkey = \"party{party}/tls.key.pem\"\n\n\
          [keys]\nhpke_secret = \"party{party}/hpke.key\"\n\
-         result_signing = \"party{party}/result-signing.key\"\norb_allow_list = \"orb-allow-list.txt\"\n",
+         result_signing = \"party{party}/result-signing.key\"\norb_allow_list = \"orb-allow-list.txt\"\n\
+         node_public_keys = \"node-public-keys.bin\"\n",
         port(0, party),
         port(10, party),
         port(20, party)
@@ -296,7 +297,8 @@ pub fn sample_config(party: u8, base: u16) -> String {
     }
     s.push_str(
         "\n[intake]\nfreshness_window_s = 300\nmax_future_skew_s = 30\n\n\
-         [batch]\nmax_size = 64\ninterval_ms = 200\nrequest_timeout_ms = 30000\n",
+         [batch]\nmax_size = 64\ninterval_ms = 200\nrequest_timeout_ms = 30000\n\n\
+         [matching]\nenabled = true\nthreshold = 0.345\nprivacy_max = false\n",
     );
     s
 }

@@ -1,7 +1,7 @@
 //! The ocelli verifier node: envelope intake over gRPC and TLS, a durable
-//! store, and batch agreement between the three parties. The matching
-//! pipeline plugs in through [`batch::BatchEvaluator`]; until it does, every
-//! batch is answered "not evaluated".
+//! store, batch agreement between the three parties, and the three-party
+//! matching pipeline ([`matching`], over [`mpc`], [`engine`] and
+//! [`pipeline`]).
 //!
 //! Layout: [`config`] and [`keys`] (keygen) feed [`node::NodeState`], the
 //! shared state behind one `Arc`; [`server::run`] serves it; [`intake`]
@@ -20,6 +20,7 @@ pub mod ids;
 pub mod intake;
 pub mod keys;
 pub mod links;
+pub mod matching;
 pub mod metrics;
 pub mod mpc;
 pub mod node;

@@ -25,8 +25,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
-/// Queues one message for the peer; `false` if the link is gone.
-pub type Outbound = Box<dyn Fn(Vec<u8>) -> bool + Send>;
+pub use crate::mpc::network::Outbound;
 
 /// One end of a link to one peer.
 pub struct MpcLink {

@@ -20,6 +20,10 @@ pub struct Metrics {
     pub batch_latency: Histogram,
     /// `ocelli_batch_size`: requests per committed batch.
     pub batch_size: Histogram,
+    /// `ocelli_evaluation_seconds`: the matching pipeline's time per batch.
+    pub evaluation_seconds: Histogram,
+    /// `ocelli_comparisons_total`: (query rotation, enrolled iris) pairs compared.
+    pub comparisons: IntCounter,
     /// `ocelli_peer_errors_total{peer}`: failed node-to-node calls.
     pub peer_errors: IntCounterVec,
     /// `ocelli_store_enrolled`: enrolled entries.
@@ -84,6 +88,19 @@ impl Metrics {
             "Requests per committed batch",
             prometheus::exponential_buckets(1.0, 2.0, 12).unwrap_or_default(),
         );
+        let evaluation_seconds = h(
+            "evaluation_seconds",
+            "Matching pipeline time per batch",
+            prometheus::exponential_buckets(0.001, 2.0, 18).unwrap_or_default(),
+        );
+        let comparisons = IntCounter::new(
+            "comparisons_total",
+            "(query rotation, enrolled iris) pairs compared in MPC",
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(comparisons.clone()))
+            .expect("unique metric");
         let enrolled = g("store_enrolled", "Enrolled entries");
         let pending = g("store_pending", "Requests waiting for a batch");
         let store_bytes = g("store_bytes", "Store file size in bytes");
@@ -101,6 +118,8 @@ impl Metrics {
             batches,
             batch_latency,
             batch_size,
+            evaluation_seconds,
+            comparisons,
             peer_errors,
             enrolled,
             pending,

@@ -62,6 +62,8 @@ pub struct NodeState {
     pub(crate) batch_wakeup: Notify,
     /// Incoming MPC links from the peers.
     pub links: crate::links::LinkHub,
+    /// Clients for the two peers, set when the node starts serving.
+    pub peers: std::sync::OnceLock<crate::batch::coordinator::Peers>,
     ready: AtomicBool,
     draining: AtomicBool,
 }
@@ -140,6 +142,7 @@ impl NodeState {
             apply_lock: tokio::sync::Mutex::new(()),
             batch_wakeup: Notify::new(),
             links: crate::links::LinkHub::default(),
+            peers: std::sync::OnceLock::new(),
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
         }))

@@ -124,8 +124,9 @@ pub async fn run(
         stop_rx.clone(),
     ));
 
+    let peers = Peers::connect(&state, &tls).map_err(StartError::Other)?;
+    let _ = state.peers.set(peers.clone());
     let batch_task = if party == 0 {
-        let peers = Peers::connect(&state, &tls).map_err(StartError::Other)?;
         tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone()))
     } else {
         let st = state.clone();

@@ -1,13 +1,16 @@
-//! Enrolled shares: one party's code and trimmed-mask shares of both eyes,
-//! kept as little-endian bytes (left code, left mask, right code, right mask)
-//! and in memory for matching.
+//! Enrolled shares: one party's code and trimmed-mask shares of both eyes.
+//! [`StoredShares`] is the serialised form the store keeps (little-endian
+//! bytes: left code, left mask, right code, right mask); [`ShareDb`] is the
+//! in-memory database matching runs against, rows in serial-id order so the
+//! three parties pair the same rows.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::HashMap;
 
+use sdk_orb::shamir::{CodeShare, MaskShare, PartyShares};
 use zeroize::Zeroize;
 
 use crate::ids::SerialId;
+use crate::pipeline::MatchDb;
 
 /// Bytes of one eye's code share (12,800 u16).
 pub const CODE_BYTES: usize = 12_800 * 2;
@@ -98,37 +101,100 @@ impl StoredShares {
         let (c, m) = rest.split_at(CODE_BYTES);
         (c, m)
     }
+
+    /// The shares as ring coefficients (boxed: 76.8 KB).
+    pub fn to_party_shares(&self) -> Box<PartyShares> {
+        let mut out = Box::new(PartyShares::zero());
+        for ((code, mask), eye) in [self.left(), self.right()]
+            .into_iter()
+            .zip([&mut out.left, &mut out.right])
+        {
+            // Lengths are fixed by construction.
+            let _ = CodeShare::read_le_bytes(code, &mut eye.code);
+            let _ = MaskShare::read_le_bytes(mask, &mut eye.mask);
+        }
+        out
+    }
+
+    /// Serialises ring-coefficient shares.
+    pub fn from_party_shares(shares: &PartyShares) -> Self {
+        Self::build(|b| {
+            let (l, r) = b.split_at_mut(CODE_BYTES + MASK_BYTES);
+            for (part, eye) in [l, r].into_iter().zip([&shares.left, &shares.right]) {
+                let (c, m) = part.split_at_mut(CODE_BYTES);
+                eye.code.write_le_bytes(c);
+                eye.mask.write_le_bytes(m);
+            }
+        })
+    }
 }
 
-/// The in-memory share database (what matching runs against).
+/// The in-memory share database: a [`MatchDb`] whose rows are kept in
+/// serial-id order, and an index from serial id to row.
 #[derive(Debug, Default)]
 pub struct ShareDb {
-    entries: BTreeMap<SerialId, Arc<StoredShares>>,
+    rows: MatchDb,
+    index: HashMap<SerialId, usize>,
 }
 
 impl ShareDb {
     /// Inserts or replaces.
     pub fn put(&mut self, id: SerialId, s: StoredShares) {
-        self.entries.insert(id, Arc::new(s));
+        let shares = s.to_party_shares();
+        if let Some(&row) = self.index.get(&id) {
+            self.rows.replace(row, &shares);
+            return;
+        }
+        let row = self.rows.insert(id.0, &shares);
+        if row + 1 < self.rows.len() {
+            self.reindex();
+        } else {
+            self.index.insert(id, row);
+        }
     }
-    /// Removes.
+
+    /// Removes, overwriting the entry's shares in memory.
     pub fn remove(&mut self, id: SerialId) {
-        self.entries.remove(&id);
+        if let Some(row) = self.index.remove(&id) {
+            self.rows.remove(row);
+            if row < self.rows.len() {
+                self.reindex();
+            }
+        }
     }
+
+    fn reindex(&mut self) {
+        self.index = self
+            .rows
+            .serial_ids()
+            .iter()
+            .enumerate()
+            .map(|(row, &s)| (SerialId(s), row))
+            .collect();
+    }
+
     /// Whether `id` is enrolled.
     pub fn contains(&self, id: SerialId) -> bool {
-        self.entries.contains_key(&id)
+        self.index.contains_key(&id)
     }
+
+    /// The row of `id`, if enrolled.
+    pub fn row_of(&self, id: SerialId) -> Option<usize> {
+        self.index.get(&id).copied()
+    }
+
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.rows.len()
     }
+
     /// Whether empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.rows.is_empty()
     }
-    /// Entries in serial order.
-    pub fn iter(&self) -> impl Iterator<Item = (SerialId, &StoredShares)> {
-        self.entries.iter().map(|(k, v)| (*k, v.as_ref()))
+
+    /// The rows matching runs against.
+    pub fn rows(&self) -> &MatchDb {
+        &self.rows
     }
 }

@@ -92,7 +92,7 @@ fn write_config(dir: &Path, keys: &Path, party: u8, ports: &[[u16; 3]; 3]) -> Re
         "party_id = {party}\ndata_dir = \"{}\"\n[listen]\norb = \"127.0.0.1:{o}\"\npeer = \"127.0.0.1:{p}\"\nmetrics = \"127.0.0.1:{m}\"\n\
          [tls]\nca = \"{k}/ca.pem\"\ncert = \"{k}/party{party}/tls.pem\"\nkey = \"{k}/party{party}/tls.key.pem\"\n\
          [keys]\nhpke_secret = \"{k}/party{party}/hpke.key\"\nresult_signing = \"{k}/party{party}/result-signing.key\"\n\
-         orb_allow_list = \"{k}/orb-allow-list.txt\"\n[batch]\ninterval_ms = 20\nrequest_timeout_ms = 60000\npeer_rpc_timeout_ms = 1000\n",
+         orb_allow_list = \"{k}/orb-allow-list.txt\"\nnode_public_keys = \"{k}/node-public-keys.bin\"\n[batch]\ninterval_ms = 20\nrequest_timeout_ms = 60000\npeer_rpc_timeout_ms = 1000\n",
         dir.join(format!("data{party}")).display(),
         k = keys.display()
     );

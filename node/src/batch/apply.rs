@@ -8,7 +8,10 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 use shared_proto::v1::{BatchCommit, NodeResult, RequestType, ResultStatus, SignedResult};
 
-use super::{EvalRequest, Outcome};
+use shared_proto::v1::recorded_outcome::Kind;
+use shared_proto::v1::RecordedOutcome;
+
+use super::{EvalContext, EvalRequest, Outcome};
 use crate::ids::{EnvelopeDigest, RequestId, SerialId};
 use crate::node::{now_ms, NodeState};
 use crate::store::{BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite, StoreError};
@@ -36,6 +39,12 @@ pub enum ApplyError {
     /// The blocking task failed.
     #[error("apply task failed")]
     Join,
+    /// The evaluation failed (a peer went away); nothing was applied.
+    #[error("evaluation failed: {0}")]
+    Evaluation(String),
+    /// A replayed commit's recorded outcomes do not fit its requests.
+    #[error("recorded outcomes do not match the batch: {0}")]
+    Recorded(String),
 }
 
 const NOT_EVALUATED_DETAIL: &str =
@@ -72,12 +81,17 @@ pub async fn apply_commit(
 ) -> Result<[u8; 32], ApplyError> {
     let _guard = state.apply_lock.lock().await;
     let st = state.clone();
-    tokio::task::spawn_blocking(move || apply_blocking(&st, &commit))
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || apply_blocking(&st, &commit, runtime))
         .await
         .map_err(|_| ApplyError::Join)?
 }
 
-fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<[u8; 32], ApplyError> {
+fn apply_blocking(
+    state: &Arc<NodeState>,
+    commit: &BatchCommit,
+    runtime: tokio::runtime::Handle,
+) -> Result<[u8; 32], ApplyError> {
     let store = &state.store;
     let meta = store.meta()?;
     if commit.batch_id <= meta.last_applied_batch {
@@ -135,18 +149,45 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<[u8; 3
         }
     }
 
-    let outcomes = {
-        let db = state.shares();
-        let mut o = state.evaluator.evaluate(batch_id, &eval, &db);
-        if o.len() != eval.len() {
-            tracing::error!(
-                evaluator = state.evaluator.name(),
-                "evaluator returned a wrong number of outcomes; answering not evaluated"
-            );
-            o = vec![Outcome::NotEvaluated; eval.len()];
+    let outcomes = if commit.outcomes_recorded {
+        if commit.outcomes.len() != eval.len() {
+            return Err(ApplyError::Recorded(format!(
+                "{} outcomes for {} requests",
+                commit.outcomes.len(),
+                eval.len()
+            )));
         }
+        commit.outcomes.iter().map(outcome_from_record).collect()
+    } else {
+        let db = state.shares();
+        let ctx = EvalContext {
+            state,
+            batch_id,
+            session: commit.mpc_session,
+            runtime,
+        };
+        let started = std::time::Instant::now();
+        let o = state
+            .evaluator
+            .evaluate(&ctx, &eval, &db)
+            .map_err(ApplyError::Evaluation)?;
+        if o.len() != eval.len() {
+            return Err(ApplyError::Evaluation(format!(
+                "{} returned {} outcomes for {} requests",
+                state.evaluator.name(),
+                o.len(),
+                eval.len()
+            )));
+        }
+        state
+            .metrics
+            .evaluation_seconds
+            .observe(started.elapsed().as_secs_f64());
         o
     };
+    let mut recorded_commit = commit.clone();
+    recorded_commit.outcomes_recorded = true;
+    recorded_commit.outcomes = outcomes.iter().map(record_outcome).collect();
 
     // Turn outcomes into results and share changes, in commit order.
     let mut next_serial = meta.next_serial;
@@ -154,7 +195,10 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<[u8; 3
     let mut share_writes = Vec::new();
     let mut results: Vec<(RequestId, RequestRecord, NodeResult)> = Vec::new();
     let db = state.shares();
-    for ((req, (id, rec)), outcome) in eval.into_iter().zip(held).zip(outcomes) {
+    let mut enrolled_at: HashMap<usize, SerialId> = HashMap::new();
+    for (position, ((req, (id, rec)), outcome)) in
+        eval.into_iter().zip(held).zip(outcomes).enumerate()
+    {
         let mut r = result(&id, &rec.digest, ResultStatus::NotEvaluated, batch_id, "");
         let target = req.serial_id;
         let present = *exists.get(&target).unwrap_or(&db.contains(target));
@@ -168,16 +212,37 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<[u8; 3
                 r.serial_id = s.0;
                 r.detail = "unique; enrolled".to_owned();
                 exists.insert(s, true);
+                enrolled_at.insert(position, s);
                 share_writes.push((s, ShareWrite::Put(req.shares)));
             }
             (T::UniquenessCheck, Outcome::Unique) => {
                 r.status = ResultStatus::Unique as i32;
                 r.detail = "unique".to_owned();
             }
-            (T::Uniqueness | T::UniquenessCheck, Outcome::Match(m)) => {
+            (T::Uniqueness | T::UniquenessCheck, Outcome::Match { entries, earlier }) => {
                 r.status = ResultStatus::Match as i32;
-                r.matched_serial_ids = m.iter().map(|s| s.0).collect();
-                r.detail = "matched enrolled entries".to_owned();
+                let mut ids: Vec<u64> = entries.iter().map(|s| s.0).collect();
+                ids.extend(
+                    earlier
+                        .iter()
+                        .filter_map(|k| enrolled_at.get(k))
+                        .map(|s| s.0),
+                );
+                ids.sort_unstable();
+                ids.dedup();
+                r.detail = match (entries.is_empty(), earlier.is_empty()) {
+                    (true, true) => "matched (privacy-max: which entries is not revealed)",
+                    (false, true) => "matched enrolled entries",
+                    (true, false) => "matched an earlier request of the same batch",
+                    (false, false) => "matched enrolled entries and earlier requests of the batch",
+                }
+                .to_owned();
+                r.matched_serial_ids = ids;
+            }
+            (T::Reauth, _) if !present => {
+                r.serial_id = target.0;
+                r.status = ResultStatus::UnknownSerialId as i32;
+                r.detail = "no such serial id".to_owned();
             }
             (T::Reauth, Outcome::Reauth(ok)) => {
                 r.serial_id = target.0;
@@ -282,7 +347,7 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<[u8; 3
     }
     let results_digest: [u8; 32] = h.finalize().into();
     let write = BatchWrite {
-        batch: Some((batch_id, commit.encode_to_vec(), results_digest)),
+        batch: Some((batch_id, recorded_commit.encode_to_vec(), results_digest)),
         finals,
         shares: share_writes,
         next_serial,
@@ -294,6 +359,39 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<[u8; 3
         .last_batch
         .set(i64::try_from(batch_id).unwrap_or(i64::MAX));
     Ok(results_digest)
+}
+
+fn record_outcome(o: &Outcome) -> RecordedOutcome {
+    let (kind, entries, earlier): (Kind, &[SerialId], &[usize]) = match o {
+        Outcome::NotEvaluated => (Kind::NotEvaluated, &[], &[]),
+        Outcome::Unique => (Kind::Unique, &[], &[]),
+        Outcome::Match { entries, earlier } => (Kind::Match, entries, earlier),
+        Outcome::Reauth(true) => (Kind::ReauthMatch, &[], &[]),
+        Outcome::Reauth(false) => (Kind::ReauthNoMatch, &[], &[]),
+        Outcome::Apply => (Kind::Apply, &[], &[]),
+    };
+    RecordedOutcome {
+        kind: kind as i32,
+        matched_serial_ids: entries.iter().map(|s| s.0).collect(),
+        matched_earlier: earlier
+            .iter()
+            .map(|&k| u32::try_from(k).unwrap_or(u32::MAX))
+            .collect(),
+    }
+}
+
+fn outcome_from_record(r: &RecordedOutcome) -> Outcome {
+    match Kind::try_from(r.kind).unwrap_or(Kind::Unspecified) {
+        Kind::Unique => Outcome::Unique,
+        Kind::Match => Outcome::Match {
+            entries: r.matched_serial_ids.iter().map(|&s| SerialId(s)).collect(),
+            earlier: r.matched_earlier.iter().map(|&k| k as usize).collect(),
+        },
+        Kind::ReauthMatch => Outcome::Reauth(true),
+        Kind::ReauthNoMatch => Outcome::Reauth(false),
+        Kind::Apply => Outcome::Apply,
+        Kind::NotEvaluated | Kind::Unspecified => Outcome::NotEvaluated,
+    }
 }
 
 fn placeholder_record(digest: &[u8]) -> RequestRecord {

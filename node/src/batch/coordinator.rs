@@ -54,6 +54,14 @@ impl Peers {
         }
         Ok(Self { clients })
     }
+
+    /// The client for `party`.
+    pub fn client(&self, party: u8) -> Option<&PeerServiceClient<Channel>> {
+        self.clients
+            .iter()
+            .find(|(p, _)| *p == party)
+            .map(|(_, c)| c)
+    }
 }
 
 /// Runs rounds until `shutdown` turns true; a round in flight is finished
@@ -185,6 +193,10 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
         timed_out: Vec::new(),
         next_serial_id: meta.next_serial,
         digest_mismatch: Vec::new(),
+        // A fresh name per attempt, so no link of a failed attempt is reused.
+        mpc_session: rand::random(),
+        outcomes_recorded: false,
+        outcomes: Vec::new(),
     };
     for (i, c) in candidates.iter().enumerate() {
         let vs: Vec<Vote> = votes
@@ -216,11 +228,18 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
         return Ok(Round::NothingAgreed);
     }
     let size = commit.request_ids.len();
-    let ours = apply_commit(state, commit.clone())
-        .await
-        .map_err(|e| format!("local apply of batch {batch_id}: {e}"))?;
-    for (party, client) in &peers.clients {
-        match send_commit(client, &commit, timeout).await {
+    // All three nodes evaluate together (the matching pipeline is a
+    // three-party computation), so the peers get the commit while this node
+    // applies it.
+    let commit_timeout = state.config.batch.commit_timeout();
+    let remote = futures::future::join_all(peers.clients.iter().map(|(party, client)| {
+        let commit = &commit;
+        async move { (*party, send_commit(client, commit, commit_timeout).await) }
+    }));
+    let (ours, theirs) = tokio::join!(apply_commit(state, commit.clone()), remote);
+    let ours = ours.map_err(|e| format!("local apply of batch {batch_id}: {e}"))?;
+    for (party, r) in theirs {
+        match r {
             Ok(theirs) if theirs == ours => {}
             Ok(_) => {
                 tracing::error!(batch_id, party, "peer results differ from ours");
@@ -297,7 +316,7 @@ async fn catch_up(
             .ok_or_else(|| format!("batch {id} missing from the batch log"))?;
         let commit =
             BatchCommit::decode(b.commit.as_slice()).map_err(|_| format!("batch {id} corrupt"))?;
-        let theirs = send_commit(client, &commit, state.config.batch.peer_rpc_timeout()).await?;
+        let theirs = send_commit(client, &commit, state.config.batch.commit_timeout()).await?;
         if theirs != b.results_digest {
             tracing::error!(batch_id = id, party, "replayed batch: peer results differ");
         }

@@ -3,10 +3,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use ocelli_node::batch::NotEvaluated;
 use ocelli_node::config::NodeConfig;
 use ocelli_node::keys::{keygen, KeygenOptions};
 use ocelli_node::node::NodeState;
@@ -133,8 +131,8 @@ fn main() -> ExitCode {
 async fn serve(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = NodeConfig::load(&path)?;
     let listeners = Listeners::bind(&cfg.listen).await?;
-    let state =
-        tokio::task::spawn_blocking(move || NodeState::open(cfg, Arc::new(NotEvaluated))).await??;
+    let evaluator = ocelli_node::matching::evaluator_for(&cfg)?;
+    let state = tokio::task::spawn_blocking(move || NodeState::open(cfg, evaluator)).await??;
     server::run(state, listeners, shutdown_signal()).await?;
     Ok(())
 }

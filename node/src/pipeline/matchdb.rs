@@ -1,6 +1,10 @@
 //! The in-memory database matching runs against: one party's shares of every enrolled
 //! person, contiguous per eye so engines stream it (codes `n x 12,800`, trimmed masks
 //! `n x 6,400`), with the serial id of each row.
+//!
+//! Rows are kept sorted by serial id. The three parties pair query and database rows by
+//! position, so every party must hold the same rows in the same order whatever its history
+//! (restarts reload in serial order).
 
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{CODE_COEFS, MASK_COEFS};
@@ -53,16 +57,36 @@ impl MatchDb {
 
     /// The row of `serial_id`, if enrolled.
     pub fn row_of(&self, serial_id: u64) -> Option<usize> {
-        self.serial_ids.iter().position(|&s| s == serial_id)
+        self.serial_ids.binary_search(&serial_id).ok()
     }
 
-    /// Appends an entry.
+    /// Adds an entry with a serial id above every enrolled one (the usual case).
+    ///
+    /// # Panics
+    /// If `serial_id` is not above every enrolled serial id.
     pub fn push(&mut self, serial_id: u64, shares: &PartyShares) {
-        self.serial_ids.push(serial_id);
+        assert!(self.serial_ids.last().is_none_or(|&last| last < serial_id));
+        self.insert(serial_id, shares);
+    }
+
+    /// Adds an entry at its place in serial order; returns its row. Replaces an entry with the
+    /// same serial id.
+    pub fn insert(&mut self, serial_id: u64, shares: &PartyShares) -> usize {
+        let row = match self.serial_ids.binary_search(&serial_id) {
+            Ok(row) => {
+                self.replace(row, shares);
+                return row;
+            }
+            Err(row) => row,
+        };
+        self.serial_ids.insert(row, serial_id);
         for (eye, e) in [&shares.left, &shares.right].into_iter().enumerate() {
-            self.codes[eye].extend_from_slice(e.code.coefs());
-            self.masks[eye].extend_from_slice(e.mask.coefs());
+            let c = row * CODE_COEFS;
+            self.codes[eye].splice(c..c, e.code.coefs().iter().copied());
+            let m = row * MASK_COEFS;
+            self.masks[eye].splice(m..m, e.mask.coefs().iter().copied());
         }
+        row
     }
 
     /// Overwrites row `row` with new shares (reset).
@@ -75,20 +99,18 @@ impl MatchDb {
         }
     }
 
-    /// Removes row `row` (deletion): the last row moves into its place and the vacated shares
-    /// are zeroized, so nothing of the deleted entry stays behind.
+    /// Removes row `row` (deletion): later rows move up, keeping serial order, and the
+    /// vacated tail is zeroized, so nothing of the deleted entry stays behind.
     pub fn remove(&mut self, row: usize) {
         let last = self.len() - 1;
-        self.serial_ids.swap_remove(row);
+        self.serial_ids.remove(row);
         for (v, len) in self
             .codes
             .iter_mut()
             .map(|v| (v, CODE_COEFS))
             .chain(self.masks.iter_mut().map(|v| (v, MASK_COEFS)))
         {
-            if row != last {
-                v.copy_within(last * len..(last + 1) * len, row * len);
-            }
+            v.copy_within((row + 1) * len..(last + 1) * len, row * len);
             v[last * len..].zeroize();
             v.truncate(last * len);
         }

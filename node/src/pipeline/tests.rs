@@ -173,7 +173,7 @@ fn decisions_equal_the_plaintext_reference() {
 }
 
 #[test]
-fn deletion_leaves_no_share_behind() {
+fn rows_stay_in_serial_order_and_deletion_leaves_no_share_behind() {
     let mut rng = ChaCha20Rng::seed_from_u64(13);
     let people: Vec<Person> = (0..3)
         .map(|_| (synthetic::eye(&mut rng), synthetic::eye(&mut rng)))
@@ -186,11 +186,16 @@ fn deletion_leaves_no_share_behind() {
     for (d, s) in shares.iter().enumerate() {
         db.push(d as u64 + 1, &s[0]);
     }
-    let last_code = db.code(0, 2).to_vec();
+    let second = db.code(0, 1).to_vec();
     db.remove(0);
-    assert_eq!(db.serial_ids(), &[3, 2]);
-    assert_eq!(db.code(0, 0), &last_code[..]);
+    assert_eq!(db.serial_ids(), &[2, 3]);
+    assert_eq!(db.code(0, 0), &second[..]);
     assert_eq!(db.row_of(1), None);
+    assert_eq!(db.row_of(3), Some(1));
     db.replace(1, &shares[0][0]);
     assert_eq!(db.code(1, 1), shares[0][0].right.code.coefs());
+    // Re-inserting a lower serial id keeps the order.
+    assert_eq!(db.insert(1, &shares[1][0]), 0);
+    assert_eq!(db.serial_ids(), &[1, 2, 3]);
+    assert_eq!(db.code(1, 0), shares[1][0].right.code.coefs());
 }
