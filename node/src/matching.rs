@@ -28,6 +28,9 @@ use crate::mpc::session::Session;
 use crate::pipeline::{self, PipelineConfig, PipelineRequest, Target};
 use crate::shares::ShareDb;
 
+/// A pairwise PRF seed.
+type Seed = Zeroizing<[u8; 32]>;
+
 /// The evaluator a node runs: the MPC pipeline, or [`NotEvaluated`] when
 /// matching is disabled.
 ///
@@ -160,7 +163,7 @@ impl MpcEvaluator {
         &self,
         next: &MpcLink,
         prev: &MpcLink,
-    ) -> Result<(Zeroizing<[u8; 32]>, Zeroizing<[u8; 32]>), String> {
+    ) -> Result<(Seed, Seed), String> {
         let links = [(self.party.next(), next), (self.party.prev(), prev)];
         let mut mine = [[0u8; 32]; 2];
         for ((peer, link), nonce) in links.iter().zip(mine.iter_mut()) {
