@@ -63,6 +63,53 @@ pub struct BenchReport {
     pub bytes_per_comparison: f64,
 }
 
+impl std::fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = |x: f64| format!("{:.2} M/s", x / 1e6);
+        writeln!(
+            f,
+            "kernel {}, {} enrolled, {} queries (comparisons: query rotation x enrolled iris)",
+            self.kernel, self.db_entries, self.queries
+        )?;
+        writeln!(
+            f,
+            "  dot-product phase   {:>12} per party-core",
+            m(self.dot_per_party_core)
+        )?;
+        writeln!(
+            f,
+            "  comparison phase    {:>12} per party-core",
+            m(self.compare_per_party_core)
+        )?;
+        writeln!(
+            f,
+            "  whole pipeline      {:>12} per party-core",
+            m(self.pipeline_per_party_core)
+        )?;
+        writeln!(
+            f,
+            "  plaintext popcount  {:>12} per core",
+            m(self.plaintext_per_core)
+        )?;
+        writeln!(
+            f,
+            "  multiply-add peak   {:>9.1} G/s; dot phase at {:.0} % of it",
+            self.mac_peak / 1e9,
+            self.mac_peak_fraction * 100.0
+        )?;
+        writeln!(
+            f,
+            "  plaintext / secure  {:>9.1} x",
+            self.plaintext_over_pipeline
+        )?;
+        write!(
+            f,
+            "  sent per comparison {:>9.1} bytes per party",
+            self.bytes_per_comparison
+        )
+    }
+}
+
 /// CPU seconds (user and system) this process has used.
 #[allow(unsafe_code)]
 fn process_cpu_seconds() -> f64 {

@@ -14,7 +14,9 @@
 pub mod batch;
 pub mod bench;
 pub mod client;
+pub mod cluster;
 pub mod config;
+pub mod demo;
 pub mod engine;
 pub mod ids;
 pub mod intake;

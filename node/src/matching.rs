@@ -159,11 +159,7 @@ impl MpcEvaluator {
     /// Exchanges fresh nonces on both links and derives the two pairwise
     /// seeds `(next, prev)`. Both nonces go out before either is awaited: a
     /// party that waited first would wait on a neighbour waiting on it.
-    fn seeds(
-        &self,
-        next: &MpcLink,
-        prev: &MpcLink,
-    ) -> Result<(Seed, Seed), String> {
+    fn seeds(&self, next: &MpcLink, prev: &MpcLink) -> Result<(Seed, Seed), String> {
         let links = [(self.party.next(), next), (self.party.prev(), prev)];
         let mut mine = [[0u8; 32]; 2];
         for ((peer, link), nonce) in links.iter().zip(mine.iter_mut()) {

@@ -1,5 +1,6 @@
-//! `ocelli-node`: `keygen` and `serve`. Only parses arguments and config and
-//! sets up logging; everything else lives in the library.
+//! `ocelli-node`: `keygen`, `serve`, `demo`, `local-cluster`, `submit`,
+//! `bench`. Only parses arguments and config and sets up logging; everything
+//! else lives in the library.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,6 +36,69 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Three nodes on this machine (embedded stores, real TLS): enrol
+    /// synthetic people, then submit new people and re-captures, and print
+    /// what the matching decided.
+    Demo {
+        /// People to enrol.
+        #[arg(long, default_value_t = 2000)]
+        people: usize,
+        /// Requests afterwards, half new people and half re-captures.
+        #[arg(long, default_value_t = 200)]
+        probes: usize,
+        /// Deployment directory to use and keep (default: a temporary one).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Seed of the synthetic irises.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print the closing table as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Three nodes on this machine in the foreground until Ctrl-C; keys,
+    /// configs and stores in DIR (created if absent, reused after).
+    LocalCluster {
+        /// Deployment directory.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// An orb simulator: seal two open-iris templates into an envelope, submit
+    /// it to the three nodes of a local cluster, verify the three signed
+    /// results agree, and print one JSON object.
+    Submit {
+        /// Deployment directory of the running `local-cluster`.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Left-eye template (open-iris JSON).
+        #[arg(long)]
+        left: PathBuf,
+        /// Right-eye template (open-iris JSON).
+        #[arg(long)]
+        right: PathBuf,
+        /// Request type.
+        #[arg(long = "type", value_enum, default_value_t = SubmitType::Uniqueness)]
+        request_type: SubmitType,
+        /// Target serial id (deletion, reauth, reset).
+        #[arg(long)]
+        serial_id: Option<u64>,
+        /// A match of either eye suffices.
+        #[arg(long)]
+        or_policy: bool,
+    },
+    /// Measure the matching pipeline: dot products, comparisons, the whole
+    /// pipeline, a plaintext matcher and the multiply-add peak, in one run.
+    Bench {
+        /// Enrolled people in the run.
+        #[arg(long, default_value_t = 2048)]
+        db: usize,
+        /// Queries (people) per batch.
+        #[arg(long, default_value_t = 4)]
+        queries: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a node.
     Serve {
         /// TOML config file (OCELLI_* environment variables override it).
@@ -44,6 +108,55 @@ enum Command {
         #[arg(long, env = "OCELLI_LOG_JSON")]
         json_logs: bool,
     },
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum SubmitType {
+    Uniqueness,
+    Check,
+    Deletion,
+    Reauth,
+    Reset,
+}
+
+impl SubmitType {
+    fn request_type(self) -> sdk_orb::RequestType {
+        match self {
+            SubmitType::Uniqueness => sdk_orb::RequestType::Uniqueness,
+            SubmitType::Check => sdk_orb::RequestType::UniquenessCheck,
+            SubmitType::Deletion => sdk_orb::RequestType::Deletion,
+            SubmitType::Reauth => sdk_orb::RequestType::Reauth,
+            SubmitType::Reset => sdk_orb::RequestType::Reset,
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+/// Runs `f` on a fresh runtime; prints an error and fails if it fails.
+fn run_async<F>(f: F) -> ExitCode
+where
+    F: std::future::Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>,
+{
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(f) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn init_logging(json: bool) {
@@ -105,6 +218,85 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Demo {
+            people,
+            probes,
+            dir,
+            seed,
+            json,
+        } => {
+            init_quiet_logging();
+            run_async(async move {
+                let opts = ocelli_node::demo::DemoOptions {
+                    people,
+                    probes,
+                    dir,
+                    seed,
+                    progress: !json,
+                    ..Default::default()
+                };
+                eprintln!(
+                    "ocelli demo: three nodes on 127.0.0.1 (embedded stores, mutual TLS), \
+                     {people} people to enrol, then {probes} requests (new people and re-captures)"
+                );
+                let report = ocelli_node::demo::run(&opts).await?;
+                if json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    println!("{report}");
+                }
+                Ok(())
+            })
+        }
+        Command::LocalCluster { dir } => {
+            init_logging(false);
+            run_async(async move {
+                let (deployment, listeners) =
+                    ocelli_node::cluster::Deployment::open_or_create(&dir, &|_| {}).await?;
+                let cluster =
+                    ocelli_node::cluster::LocalCluster::start(&deployment, listeners).await?;
+                for (party, cfg) in deployment.configs.iter().enumerate() {
+                    eprintln!("party {party}: orb API on {}", cfg.listen.orb);
+                }
+                eprintln!(
+                    "three nodes running from {}; Ctrl-C stops them",
+                    dir.display()
+                );
+                shutdown_signal().await;
+                cluster.shutdown().await
+            })
+        }
+        Command::Submit {
+            dir,
+            left,
+            right,
+            request_type,
+            serial_id,
+            or_policy,
+        } => run_async(submit(dir, left, right, request_type, serial_id, or_policy)),
+        Command::Bench { db, queries, json } => {
+            let config = ocelli_node::bench::BenchConfig {
+                db_entries: db,
+                queries,
+            };
+            let report = ocelli_node::bench::run(config, |what| {
+                if !json {
+                    eprintln!("measuring: {what}");
+                }
+            });
+            if json {
+                match serde_json::to_string(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                println!("{report}");
+            }
+            ExitCode::SUCCESS
+        }
         Command::Serve { config, json_logs } => {
             init_logging(json_logs);
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -126,6 +318,62 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Warnings and errors only: the demo's own output is the progress and table.
+fn init_quiet_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("OCELLI_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn submit(
+    dir: PathBuf,
+    left: PathBuf,
+    right: PathBuf,
+    request_type: SubmitType,
+    serial_id: Option<u64>,
+    or_policy: bool,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let policy = sdk_orb::TemplatePolicy::default();
+    let load = |p: &PathBuf| -> Result<sdk_orb::IrisTemplate, String> {
+        let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        sdk_orb::IrisTemplate::from_open_iris_json(&bytes, &policy)
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let (left, right) = (load(&left)?, load(&right)?);
+    let deployment = ocelli_node::cluster::Deployment::open(&dir)?;
+    let orb = deployment.orb()?;
+    let meta = sdk_orb::RequestMeta {
+        request_id: sdk_orb::RequestId::random(&mut rand_core::OsRng),
+        request_type: request_type.request_type(),
+        timestamp_ms: ocelli_node::node::now_ms(),
+        serial_id: serial_id.unwrap_or(0),
+        or_policy,
+    };
+    let envelope = orb.envelope(&mut rand_core::OsRng, &meta, &left, &right)?;
+    orb.submit(&envelope).await?;
+    let result = orb
+        .result(&meta.request_id, std::time::Duration::from_secs(600))
+        .await?;
+    let status = shared_proto::v1::ResultStatus::try_from(result.status)
+        .unwrap_or(shared_proto::v1::ResultStatus::Unspecified);
+    let enrolled =
+        (status == shared_proto::v1::ResultStatus::UniqueEnrolled).then_some(result.serial_id);
+    let out = serde_json::json!({
+        "request_id": meta.request_id.to_string(),
+        "decision": ocelli_node::batch::status_label(result.status),
+        "matched_serial_ids": result.matched_serial_ids,
+        "enrolled_serial_id": enrolled,
+        "serial_id": (result.serial_id != 0).then_some(result.serial_id),
+        "detail": result.detail,
+        "batch_id": result.batch_id,
+    });
+    println!("{out}");
+    Ok(())
 }
 
 async fn serve(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {

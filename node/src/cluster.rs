@@ -1,0 +1,336 @@
+//! A whole deployment on one machine: the three nodes `ocelli-node demo` and
+//! `local-cluster` run in one process, and the orb side that `submit` and the
+//! demo use.
+//!
+//! A deployment directory holds `keys/` (what `keygen` writes, with the three
+//! node configs adjusted to free local ports chosen at creation) and
+//! `data/party{0,1,2}/` (the stores). Opening an existing directory reuses
+//! both, so enrolled data survives a restart.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand_core::{CryptoRng, RngCore};
+use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
+use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
+use sdk_orb::{IrisTemplate, RequestId};
+use shared_proto::v1::{GetResultRequest, NodeResult, SubmitRequest};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::client::{agree, OrbClient};
+use crate::config::NodeConfig;
+use crate::keys::{keygen, read_key32, KeygenOptions};
+use crate::node::{NodeState, StartError};
+use crate::server::{self, Listeners};
+
+/// Errors of the local tools, as text for the operator.
+pub type ToolError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A deployment directory.
+#[derive(Debug)]
+pub struct Deployment {
+    /// The directory.
+    pub dir: PathBuf,
+    /// The three node configs (paths resolved).
+    pub configs: Vec<NodeConfig>,
+}
+
+fn keys_dir(dir: &Path) -> PathBuf {
+    dir.join("keys")
+}
+
+fn config_path(dir: &Path, party: u8) -> PathBuf {
+    keys_dir(dir).join(format!("party{party}.toml"))
+}
+
+impl Deployment {
+    /// Opens `dir`, creating keys, certificates and configs on first use.
+    /// Returns listeners already bound when the directory was just created
+    /// (their ports are the ones written into the configs).
+    ///
+    /// # Errors
+    /// Unwritable directory, keygen or config failures.
+    pub async fn open_or_create(
+        dir: &Path,
+        tweak: &(dyn Fn(&mut toml::Table) + Sync),
+    ) -> Result<(Self, Option<Vec<Listeners>>), ToolError> {
+        if config_path(dir, 0).exists() {
+            return Ok((Self::open(dir)?, None));
+        }
+        std::fs::create_dir_all(dir)?;
+        let keys = keygen(&KeygenOptions::local(keys_dir(dir)))?;
+        let mut listeners = Vec::new();
+        let mut addrs: Vec<[SocketAddr; 3]> = Vec::new();
+        for _ in 0..3 {
+            let l = Listeners {
+                orb: TcpListener::bind("127.0.0.1:0").await?,
+                peer: TcpListener::bind("127.0.0.1:0").await?,
+                metrics: TcpListener::bind("127.0.0.1:0").await?,
+            };
+            let (o, p, m) = l.addrs()?;
+            addrs.push([o, p, m]);
+            listeners.push(l);
+        }
+        for party in 0u8..3 {
+            let path = keys.config(party);
+            let mut t: toml::Table = std::fs::read_to_string(&path)?.parse()?;
+            t.insert("data_dir".into(), format!("../data/party{party}").into());
+            let [o, p, m] = addrs[usize::from(party)];
+            let mut listen = toml::Table::new();
+            listen.insert("orb".into(), o.to_string().into());
+            listen.insert("peer".into(), p.to_string().into());
+            listen.insert("metrics".into(), m.to_string().into());
+            t.insert("listen".into(), listen.into());
+            if let Some(toml::Value::Array(peers)) = t.get_mut("peers") {
+                for peer in peers {
+                    if let toml::Value::Table(peer) = peer {
+                        let id = peer
+                            .get("party_id")
+                            .and_then(toml::Value::as_integer)
+                            .and_then(|i| usize::try_from(i).ok())
+                            .filter(|&i| i < 3)
+                            .ok_or("keygen wrote a peer without a party id")?;
+                        peer.insert("address".into(), addrs[id][1].to_string().into());
+                    }
+                }
+            }
+            tweak(&mut t);
+            std::fs::write(&path, toml::to_string(&t)?)?;
+        }
+        Ok((Self::open(dir)?, Some(listeners)))
+    }
+
+    /// Opens an existing deployment directory.
+    ///
+    /// # Errors
+    /// Missing or invalid configs.
+    pub fn open(dir: &Path) -> Result<Self, ToolError> {
+        let configs = (0u8..3)
+            .map(|p| NodeConfig::load(&config_path(dir, p)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            configs,
+        })
+    }
+
+    /// The orb side: device key, node keys, one client per node.
+    ///
+    /// # Errors
+    /// Unreadable key files.
+    pub fn orb(&self) -> Result<Orb, ToolError> {
+        let keys = keys_dir(&self.dir);
+        let signing = OrbSigningKey::from_bytes(&*read_key32(&keys.join("orb/orb-signing.key"))?);
+        let bundle: [u8; 96] = std::fs::read(keys.join("node-public-keys.bin"))?
+            .try_into()
+            .map_err(|_| "node-public-keys.bin is not 96 bytes")?;
+        let nodes = NodePublicKeys::from_bytes(&bundle).map_err(|e| e.to_string())?;
+        let mut result_keys = Vec::new();
+        let mut clients = Vec::new();
+        for (party, cfg) in self.configs.iter().enumerate() {
+            let pk = read_key32(&keys.join(format!("party{party}/result-verifying.pub")))?;
+            result_keys.push(ed25519_dalek::VerifyingKey::from_bytes(&pk)?);
+            clients.push(OrbClient::new(
+                cfg.listen.orb,
+                "localhost",
+                &keys.join("ca.pem"),
+            )?);
+        }
+        let result_keys: [ed25519_dalek::VerifyingKey; 3] =
+            result_keys.try_into().map_err(|_| "three result keys")?;
+        Ok(Orb {
+            signing,
+            nodes,
+            result_keys,
+            clients,
+        })
+    }
+}
+
+struct Running {
+    state: Arc<NodeState>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), StartError>>,
+}
+
+/// The three nodes of a deployment, running in this process.
+pub struct LocalCluster {
+    nodes: Vec<Running>,
+}
+
+impl std::fmt::Debug for LocalCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCluster")
+            .field("nodes", &self.nodes.len())
+            .finish()
+    }
+}
+
+impl LocalCluster {
+    /// Starts the three nodes (opening stores, loading shares) and waits until
+    /// all are ready.
+    ///
+    /// # Errors
+    /// A node fails to start.
+    pub async fn start(
+        deployment: &Deployment,
+        listeners: Option<Vec<Listeners>>,
+    ) -> Result<Self, ToolError> {
+        let mut listeners = match listeners {
+            Some(l) => l,
+            None => {
+                let mut l = Vec::new();
+                for cfg in &deployment.configs {
+                    l.push(Listeners::bind(&cfg.listen).await?);
+                }
+                l
+            }
+        };
+        let mut nodes = Vec::new();
+        for cfg in &deployment.configs {
+            let cfg = cfg.clone();
+            let evaluator = crate::matching::evaluator_for(&cfg)?;
+            let state =
+                tokio::task::spawn_blocking(move || NodeState::open(cfg, evaluator)).await??;
+            let (stop, rx) = oneshot::channel();
+            let task = tokio::spawn(server::run(
+                state.clone(),
+                listeners.remove(0),
+                async move {
+                    let _ = rx.await;
+                },
+            ));
+            nodes.push(Running { state, stop, task });
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !nodes.iter().all(|n| n.state.is_ready()) {
+            if Instant::now() > deadline {
+                return Err("nodes did not become ready".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Self { nodes })
+    }
+
+    /// The node states, by party.
+    pub fn states(&self) -> Vec<Arc<NodeState>> {
+        self.nodes.iter().map(|n| n.state.clone()).collect()
+    }
+
+    /// Stops the three nodes gracefully.
+    ///
+    /// # Errors
+    /// A node's server failed.
+    pub async fn shutdown(self) -> Result<(), ToolError> {
+        for n in &self.nodes {
+            n.state.set_draining();
+        }
+        let mut tasks = Vec::new();
+        for n in self.nodes {
+            let _ = n.stop.send(());
+            tasks.push(n.task);
+        }
+        for t in tasks {
+            t.await??;
+        }
+        Ok(())
+    }
+}
+
+/// The orb side of a deployment.
+pub struct Orb {
+    signing: OrbSigningKey,
+    nodes: NodePublicKeys,
+    result_keys: [ed25519_dalek::VerifyingKey; 3],
+    clients: Vec<OrbClient>,
+}
+
+impl std::fmt::Debug for Orb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Orb").finish_non_exhaustive()
+    }
+}
+
+impl Orb {
+    /// Seals and signs a person's envelope.
+    ///
+    /// # Errors
+    /// A serial id that does not fit the request type.
+    pub fn envelope<R: RngCore + CryptoRng>(
+        &self,
+        rng: &mut R,
+        meta: &RequestMeta,
+        left: &IrisTemplate,
+        right: &IrisTemplate,
+    ) -> Result<Vec<u8>, ToolError> {
+        Ok(seal_envelope_to_vec(
+            rng,
+            meta,
+            left,
+            right,
+            &self.nodes,
+            &self.signing,
+        )?)
+    }
+
+    /// Submits an envelope to the three nodes.
+    ///
+    /// # Errors
+    /// A node refused it (the status says why).
+    pub async fn submit(&self, envelope: &[u8]) -> Result<(), ToolError> {
+        let calls = self.clients.iter().map(|c| {
+            let mut c = c.orb.clone();
+            let envelope = envelope.to_vec();
+            async move { c.submit(SubmitRequest { envelope }).await }
+        });
+        for (party, r) in futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            r.map_err(|s| format!("party {party} refused the envelope: {}", s.message()))?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the three signed results of `id` and accepts them only if all
+    /// three are validly signed and identical.
+    ///
+    /// # Errors
+    /// No result in time, or results that do not agree.
+    pub async fn result(&self, id: &RequestId, timeout: Duration) -> Result<NodeResult, ToolError> {
+        let deadline = Instant::now() + timeout;
+        let mut results = Vec::new();
+        for client in &self.clients {
+            loop {
+                let mut c = client.orb.clone();
+                match c
+                    .get_result(GetResultRequest {
+                        request_id: id.0.to_vec(),
+                    })
+                    .await
+                {
+                    Ok(r) => {
+                        results.push(r.into_inner());
+                        break;
+                    }
+                    Err(s)
+                        if s.code() == tonic::Code::Unavailable
+                            || s.code() == tonic::Code::NotFound =>
+                    {
+                        if Instant::now() > deadline {
+                            return Err(format!("no result for {id} in time").into());
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(s) => return Err(s.message().to_owned().into()),
+                }
+            }
+        }
+        Ok(agree(&results, &self.result_keys)?)
+    }
+}
