@@ -86,8 +86,10 @@ pub struct MatchingConfig {
     /// Open only one bit per request (whether anything matched), not which
     /// serial ids matched.
     pub privacy_max: bool,
-    /// Database entries per comparison pass (bounds memory).
+    /// Database entries per comparison pass, at most.
     pub chunk_entries: usize,
+    /// Comparisons per pass, at most (bounds memory: about 100 bytes each).
+    pub max_pass_comparisons: usize,
     /// Threads of the dot-product engine; 0 = one per core.
     pub threads: usize,
     /// How long to wait for a peer's message within a protocol round, ms.
@@ -101,6 +103,7 @@ impl Default for MatchingConfig {
             threshold: 0.345,
             privacy_max: false,
             chunk_entries: 4096,
+            max_pass_comparisons: 1 << 20,
             threads: 0,
             round_timeout_ms: 120_000,
         }
@@ -355,6 +358,9 @@ impl NodeConfig {
         }
         if self.matching.chunk_entries == 0 {
             return bad("matching.chunk_entries must be at least 1");
+        }
+        if self.matching.max_pass_comparisons < 62 {
+            return bad("matching.max_pass_comparisons must be at least 62");
         }
         if self.matching.enabled && self.keys.node_public_keys.is_none() {
             return bad("keys.node_public_keys is required when matching is enabled");

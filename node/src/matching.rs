@@ -111,6 +111,7 @@ impl MpcEvaluator {
         let mut pipeline = PipelineConfig::with_threshold(m.threshold);
         pipeline.privacy_max = m.privacy_max;
         pipeline.chunk_entries = m.chunk_entries;
+        pipeline.max_pass_comparisons = m.max_pass_comparisons;
         Ok(Self {
             party,
             secret,
@@ -241,6 +242,7 @@ impl BatchEvaluator for MpcEvaluator {
             .iter()
             .any(|r| r.target != Target::Nothing || r.against_earlier);
 
+        let started = std::time::Instant::now();
         let results = if needs_mpc {
             let (next, prev) = self.links(ctx)?;
             let (next_seed, prev_seed) = self.seeds(&next, &prev)?;
@@ -269,6 +271,7 @@ impl BatchEvaluator for MpcEvaluator {
                 comparisons,
                 rounds = traffic.rounds,
                 bytes_sent = traffic.bytes_sent,
+                seconds = started.elapsed().as_secs_f64(),
                 "matching pipeline done"
             );
             results

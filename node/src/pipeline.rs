@@ -63,8 +63,12 @@ pub struct PipelineConfig {
     pub threshold_a: u32,
     /// Open only the OR over all targets of each request.
     pub privacy_max: bool,
-    /// Database entries per comparison pass (bounds memory).
+    /// Database entries per comparison pass, at most.
     pub chunk_entries: usize,
+    /// Comparisons per pass, at most: bounds each party's memory (about 100
+    /// bytes per comparison at the peak of the comparison phase) and the size of
+    /// one round's message (4 bytes per comparison at most).
+    pub max_pass_comparisons: usize,
 }
 
 impl PipelineConfig {
@@ -74,6 +78,7 @@ impl PipelineConfig {
             threshold_a: threshold_coefficient(t),
             privacy_max: false,
             chunk_entries: 4096,
+            max_pass_comparisons: 1 << 20,
         }
     }
 }
@@ -214,7 +219,11 @@ pub fn evaluate<T: Transport>(
                 query_masks[eye].extend_from_slice(q.masks(eye));
             }
         }
-        let chunk = config.chunk_entries.max(1);
+        let per_entry = scanning.len() * ROTATION_COUNT * 2;
+        let chunk = config
+            .chunk_entries
+            .min(config.max_pass_comparisons / per_entry)
+            .max(1);
         for start in (0..db.len()).step_by(chunk) {
             let end = (start + chunk).min(db.len());
             let width = end - start;

@@ -108,6 +108,8 @@ pub async fn run(
     let (peer_stop_tx, mut peer_stop_rx) = watch::channel(false);
     let peer_server = tokio::spawn(
         tonic::transport::Server::builder()
+            .initial_stream_window_size(crate::tls::PEER_STREAM_WINDOW)
+            .initial_connection_window_size(crate::tls::PEER_CONNECTION_WINDOW)
             .add_service(
                 PeerServiceServer::new(peer_api)
                     .max_decoding_message_size(64 << 20)

@@ -345,6 +345,11 @@ pub fn incoming(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
+/// HTTP/2 stream window for node-to-node traffic.
+pub const PEER_STREAM_WINDOW: u32 = 16 << 20;
+/// HTTP/2 connection window for node-to-node traffic.
+pub const PEER_CONNECTION_WINDOW: u32 = 32 << 20;
+
 /// A lazily connecting tonic channel to `addr` over TLS with `config`,
 /// verifying the server as `server_name`.
 ///
@@ -374,6 +379,10 @@ pub fn channel(
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| TlsError::Verifier(e.to_string()))?
         .connect_timeout(connect_timeout)
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // MPC rounds carry megabytes; HTTP/2's default 64 KiB windows would
+        // stall each one on flow-control round trips.
+        .initial_stream_window_size(Some(PEER_STREAM_WINDOW))
+        .initial_connection_window_size(Some(PEER_CONNECTION_WINDOW));
     Ok(endpoint.connect_with_connector_lazy(svc))
 }

@@ -189,7 +189,21 @@ async fn shutdown_signal() {
     }
 }
 
+/// The pipeline allocates and frees large buffers on many threads; glibc's
+/// per-thread arenas then keep about twice the live memory resident (measured:
+/// 4.2 GB against 2.0 GB for the 600-person demo), at no speed gain.
+#[allow(unsafe_code)]
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only adjusts allocator tuning; called before any thread
+    // is started.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen {

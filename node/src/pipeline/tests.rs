@@ -135,6 +135,7 @@ fn decisions_equal_the_plaintext_reference() {
             threshold_a: a,
             privacy_max,
             chunk_entries: 3,
+            max_pass_comparisons: 1 << 21,
         };
         let out = run_three(12, |s| {
             let i = s.party().index();
