@@ -51,6 +51,9 @@ pub enum Case {
     },
 }
 
+/// Plain code and trimmed-mask coefficients, and the three parties' shares.
+pub type PlainAndShares = (Vec<u16>, Vec<u16>, [EyeShares; PARTIES]);
+
 /// Shares of one eye from `seed` two ways: `share_eye` with the seeded RNG, and
 /// `hazmat_share_with_randomness` with elements read from the same stream. They must agree,
 /// and any two parties must reconstruct the plain coefficients.
@@ -60,7 +63,7 @@ pub enum Case {
 pub fn eye_shares(
     template: &PackedTemplate,
     rng_seed: &[u8; 32],
-) -> Result<(Vec<u16>, Vec<u16>, [EyeShares; PARTIES]), String> {
+) -> Result<PlainAndShares, String> {
     let t = template.template()?;
     let mut out = [EyeShares::zero(), EyeShares::zero(), EyeShares::zero()];
     for o in out.iter_mut() {
