@@ -2,8 +2,10 @@
 # Fuzz smoke run for CI: each target for a short time on its checked-in seed corpus.
 #
 # Runs only where the nightly toolchain and cargo-fuzz are installed; otherwise it says
-# plainly that it skips, and why, and exits 0. A crash, a failed build or a timeout in a
-# target fails the run (non-zero exit); the crashing input is left in fuzz/artifacts/.
+# plainly that it skips, and why, and exits 0. A crash, a failed build, a timeout, or a single
+# allocation over 1 MiB inside a target (-malloc_limit_mb=1: the stated allocation bound; the
+# largest legitimate one is the 230,854-byte envelope buffer) fails the run (non-zero exit);
+# the offending input is left in fuzz/artifacts/.
 #
 #   fuzz/smoke.sh                 # every target, 30 s each
 #   SMOKE_SECONDS=5 fuzz/smoke.sh template_json
@@ -16,7 +18,12 @@ if [ "${#targets[@]}" -eq 0 ]; then
     targets=(template_json envelope payload)
 fi
 
-if ! command -v rustup >/dev/null 2>&1 || ! rustup run nightly rustc --version >/dev/null 2>&1; then
+if ! command -v rustup >/dev/null 2>&1; then
+    echo "fuzz smoke run SKIPPED: rustup is not on PATH, so no nightly toolchain can be selected" \
+         "(cargo-fuzz needs nightly)"
+    exit 0
+fi
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
     echo "fuzz smoke run SKIPPED: the nightly Rust toolchain is not installed (cargo-fuzz needs it;" \
          "install with: rustup toolchain install nightly)"
     exit 0
@@ -42,7 +49,8 @@ for target in "${targets[@]}"; do
     echo "== $target"
     status=0
     cargo +nightly fuzz run -O "$target" "$scratch/$target" "corpus/$target" -- \
-        -max_total_time="$seconds" -print_final_stats=1 >"$scratch/$target.log" 2>&1 || status=$?
+        -max_total_time="$seconds" -malloc_limit_mb=1 -rss_limit_mb=1024 \
+        -print_final_stats=1 >"$scratch/$target.log" 2>&1 || status=$?
     # libFuzzer's progress lines are noise here; keep the summary and any crash report.
     grep -E '^(Done|stat::number_of_executed_units|stat::average_exec_per_sec|INFO: seed corpus|SUMMARY|==[0-9]+==|thread .* panicked|Failing input|artifact_prefix)' \
         "$scratch/$target.log" || true
