@@ -1,0 +1,226 @@
+//! The checked-in vectors are what the generator writes, they pass, and the replay notices a
+//! changed constant or expected value and refuses files it does not understand.
+
+use std::path::{Path, PathBuf};
+
+use conformance_vectors::{
+    corpus, default_vectors_dir, families_in, generate, verify_file, verify_text, Family, Sources,
+};
+use serde_json::Value;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ocelli-cv-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn text(family: Family) -> String {
+    let path = default_vectors_dir().join(family.file_name());
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn edit(family: Family, f: impl FnOnce(&mut Value)) -> String {
+    let mut v: Value = serde_json::from_str(&text(family)).expect("JSON");
+    f(&mut v);
+    serde_json::to_string(&v).expect("serialises")
+}
+
+#[test]
+fn regenerating_reproduces_the_checked_in_files_byte_for_byte() {
+    let sources = Sources::load(&Sources::default_dir()).expect(
+        "the open-iris fixtures must be at ../shared/vectors/open-iris beside the repository",
+    );
+    let dir = scratch("generate");
+    conformance_vectors::generate_dir(&dir, &sources).expect("generates");
+    for family in Family::ALL {
+        let fresh = std::fs::read(dir.join(family.file_name())).expect("written");
+        let checked_in = text(family).into_bytes();
+        assert!(
+            fresh == checked_in,
+            "{family}: regenerate with `cargo run -p conformance-vectors -- generate`"
+        );
+        // And generation is deterministic within one process.
+        assert!(generate(family, &sources).expect("generates").into_bytes() == fresh);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_checked_in_vector_passes() {
+    let dir = default_vectors_dir();
+    let families = families_in(&dir).expect("every family present, nothing unknown");
+    assert_eq!(families, Family::ALL.to_vec());
+    for family in families {
+        let report = verify_file(&dir, family).expect("loads");
+        assert!(report.ok(), "{family}: {:?}", report.failures);
+        assert!(report.vectors > 0);
+    }
+}
+
+#[test]
+fn a_changed_coefficient_of_s_fails_the_ring_family() {
+    // S[1][0] = 58082 = 0xe2e2, stored little-endian as "e2e2" at the start of row 1.
+    let changed = edit(Family::Ring, |v| {
+        let vectors = v["vectors"].as_array_mut().expect("vectors");
+        let constants = vectors
+            .iter_mut()
+            .find(|x| x["case"].get("constants").is_some())
+            .expect("a constants vector");
+        let row = &mut constants["case"]["constants"]["s"][1];
+        assert_eq!(&row.as_str().expect("hex")[..4], "e2e2");
+        *row = Value::String(format!("e3e2{}", &row.as_str().expect("hex")[4..]));
+    });
+    let report = verify_text(Family::Ring, &changed).expect("still loads");
+    assert!(!report.ok());
+    assert_eq!(report.failures.len(), 1);
+    assert!(
+        report.failures[0].1.contains("S row 1"),
+        "{:?}",
+        report.failures
+    );
+}
+
+#[test]
+fn a_changed_expected_value_fails_its_family() {
+    // One coefficient of an S a result.
+    let changed = edit(Family::Ring, |v| {
+        let vectors = v["vectors"].as_array_mut().expect("vectors");
+        let x = vectors
+            .iter_mut()
+            .find(|x| x["case"].get("from_basis_a").is_some())
+            .expect("a from_basis_a vector");
+        let e = &mut x["case"]["from_basis_a"]["expected"];
+        let mut s = e.as_str().expect("hex").to_string();
+        let flipped = if s.starts_with('0') { "1" } else { "0" };
+        s.replace_range(0..1, flipped);
+        *e = Value::String(s);
+    });
+    let report = verify_text(Family::Ring, &changed).expect("loads");
+    assert_eq!(report.failures.len(), 1);
+
+    // The error a node must report for a rejected envelope.
+    let changed = edit(Family::EnvelopeRejections, |v| {
+        v["vectors"][1]["case"]["reject"]["parse"] = serde_json::json!({"reject": "serial_id"});
+    });
+    let report = verify_text(Family::EnvelopeRejections, &changed).expect("loads");
+    assert_eq!(report.failures.len(), 1);
+    assert_eq!(report.failures[0].0, 2);
+
+    // One byte of a sealed envelope.
+    let changed = edit(Family::EnvelopeSealing, |v| {
+        let e = &mut v["vectors"][0]["case"]["seal"]["envelope"];
+        let s = e.as_str().expect("hex");
+        let last = if s.ends_with('0') { "1" } else { "0" };
+        *e = Value::String(format!("{}{last}", &s[..s.len() - 1]));
+    });
+    let report = verify_text(Family::EnvelopeSealing, &changed).expect("loads");
+    assert_eq!(report.failures.len(), 1);
+}
+
+fn load_error(family: Family, f: impl FnOnce(&mut Value)) -> String {
+    verify_text(family, &edit(family, f))
+        .expect_err("must not load")
+        .to_string()
+}
+
+#[test]
+fn the_loader_refuses_what_it_does_not_know() {
+    let e = load_error(Family::Ring, |v| {
+        v["vectors"][0]["surprise"] = Value::Bool(true);
+    });
+    assert!(e.contains("unknown field"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["vectors"][0]["case"]["constants"]["surprise"] = Value::Bool(true);
+    });
+    assert!(e.contains("unknown field"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["vectors"][0]["flags"] = serde_json::json!(["quantum"]);
+    });
+    assert!(e.contains("unknown variant"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["vectors"][0]["case"] = serde_json::json!({"frobnicate": {}});
+    });
+    assert!(e.contains("unknown variant"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["family"] = Value::String("comparison".to_string());
+    });
+    assert!(e.contains("unknown variant"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["family"] = Value::String("layout".to_string());
+    });
+    assert!(e.contains("holds family layout"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["format_version"] = serde_json::json!(2);
+    });
+    assert!(e.contains("format_version"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["vectors"][1]["id"] = serde_json::json!(7);
+    });
+    assert!(e.contains("ids"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["vectors"] = serde_json::json!([]);
+    });
+    assert!(e.contains("no vectors"), "{e}");
+    let e = load_error(Family::Ring, |v| {
+        v["vectors"][1]["case"]["mul"]["a"] = Value::String("ABCD".to_string());
+    });
+    assert!(e.contains("lowercase"), "{e}");
+    let e = load_error(Family::EnvelopeRejections, |v| {
+        v["vectors"][3]["case"]["reject"]["base"] = serde_json::json!(2);
+    });
+    assert!(e.contains("not a base vector"), "{e}");
+}
+
+#[test]
+fn a_directory_with_an_unknown_or_missing_family_is_refused() {
+    let dir = scratch("families");
+    for family in Family::ALL {
+        std::fs::write(dir.join(family.file_name()), text(family)).expect("copy");
+    }
+    assert!(families_in(&dir).is_ok());
+    std::fs::write(dir.join("comparison.json"), "{}").expect("write");
+    let e = families_in(&dir).expect_err("unknown family file");
+    assert!(e
+        .to_string()
+        .contains("unknown family file comparison.json"));
+    std::fs::remove_file(dir.join("comparison.json")).expect("remove");
+    std::fs::remove_file(dir.join("ring.json")).expect("remove");
+    let e = families_in(&dir).expect_err("missing family");
+    assert!(e.to_string().contains("ring.json"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for target in ["template_json", "envelope", "payload"] {
+        let mut names: Vec<_> = std::fs::read_dir(dir.join(target))
+            .expect("corpus dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for n in names {
+            let bytes = std::fs::read(dir.join(target).join(&n)).expect("read");
+            out.push((format!("{target}/{n}"), bytes));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_checked_in_fuzz_corpus_is_built_from_the_vectors() {
+    let dir = scratch("corpus");
+    corpus::write_corpus(&default_vectors_dir(), &dir).expect("writes");
+    let checked_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+    let fresh = files(&dir);
+    let ours = files(&checked_in);
+    let names = |v: &[(String, Vec<u8>)]| v.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&fresh), names(&ours));
+    for ((name, a), (_, b)) in fresh.iter().zip(&ours) {
+        assert!(
+            a == b,
+            "{name} differs: run `cargo run -p conformance-vectors -- corpus`"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
