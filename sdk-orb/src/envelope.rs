@@ -209,6 +209,12 @@ fn digest(header: &[u8; HEADER_BYTES], sealed: [(&[u8], &[u8]); PARTIES]) -> Env
     EnvelopeDigest(h.finalize().into())
 }
 
+/// The first `n` bytes of a caller's output buffer.
+fn first(out: &mut [u8], n: usize) -> Result<&mut [u8], EnvelopeError> {
+    out.get_mut(..n)
+        .ok_or(EnvelopeError::BufferTooSmall { needed: n })
+}
+
 /// Plaintext bytes of `party`'s payload.
 pub const fn payload_len(party: PartyId) -> usize {
     uint_field_len(PROTOCOL_VERSION as u64)
@@ -325,9 +331,7 @@ pub fn encode_payload(
     out: &mut [u8],
 ) -> Result<usize, EnvelopeError> {
     let n = payload_len(party);
-    let out = out
-        .get_mut(..n)
-        .ok_or(EnvelopeError::BufferTooSmall { needed: n })?;
+    let out = first(out, n)?;
     let layout = write_payload_layout(out, party, request_id);
     for (eye, shares) in [&shares.left, &shares.right].into_iter().enumerate() {
         let c = layout.code[eye];
@@ -357,9 +361,7 @@ pub fn seal_envelope<R: RngCore + CryptoRng>(
 ) -> Result<usize, EnvelopeError> {
     meta.validate()?;
     let n = envelope_len(meta);
-    let out = out
-        .get_mut(..n)
-        .ok_or(EnvelopeError::BufferTooSmall { needed: n })?;
+    let out = first(out, n)?;
     let orb_key = orb.verifying_key().to_bytes();
     let layout = write_envelope_layout(out, meta, &orb_key);
 
@@ -410,9 +412,7 @@ pub fn hazmat_seal_plaintexts<R: RngCore + CryptoRng>(
     out: &mut [u8],
 ) -> Result<usize, EnvelopeError> {
     let n = envelope_len(meta);
-    let out = out
-        .get_mut(..n)
-        .ok_or(EnvelopeError::BufferTooSmall { needed: n })?;
+    let out = first(out, n)?;
     let orb_key = orb.verifying_key().to_bytes();
     let layout = write_envelope_layout(out, meta, &orb_key);
     for (party, plaintext) in PartyId::ALL.into_iter().zip(plaintexts) {
@@ -709,9 +709,7 @@ impl<'a> EnvelopeView<'a> {
     /// [`EnvelopeError::BufferTooSmall`].
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EnvelopeError> {
         let n = envelope_len(&self.meta);
-        let out = out
-            .get_mut(..n)
-            .ok_or(EnvelopeError::BufferTooSmall { needed: n })?;
+        let out = first(out, n)?;
         let layout = write_envelope_layout(out, &self.meta, &self.orb_key);
         for (p, payload) in self.payloads.iter().enumerate() {
             let e = layout.enc[p];

@@ -81,6 +81,14 @@ impl GaloisRingElement {
         mat_vec(&M, &self.0)
     }
 
+    /// The element whose coefficients are the four little-endian u16 in `bytes` (how sampled
+    /// randomness becomes ring elements).
+    pub fn from_le_bytes(bytes: &[u8; 8]) -> GaloisRingElement {
+        GaloisRingElement(core::array::from_fn(|i| {
+            u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])
+        }))
+    }
+
     /// Multiplication by `x`, cheaper than a general product: `x^4 = x + 1`.
     pub fn mul_x(self) -> GaloisRingElement {
         let [a0, a1, a2, a3] = self.0;
@@ -182,13 +190,7 @@ mod tests {
     use rand_core::{RngCore, SeedableRng};
 
     fn random(rng: &mut ChaCha20Rng) -> GaloisRingElement {
-        let v = rng.next_u64();
-        GaloisRingElement([
-            v as u16,
-            (v >> 16) as u16,
-            (v >> 32) as u16,
-            (v >> 48) as u16,
-        ])
+        GaloisRingElement::from_le_bytes(&rng.next_u64().to_le_bytes())
     }
 
     fn mat_mul(a: &Matrix4, b: &Matrix4) -> Matrix4 {

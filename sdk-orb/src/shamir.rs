@@ -192,12 +192,9 @@ where
     for (block_index, block) in plain.chunks(4 * RANDOMNESS_BLOCK).enumerate() {
         rng.fill_bytes(&mut bytes);
         for (j, (a, rb)) in block.chunks_exact(4).zip(bytes.chunks_exact(8)).enumerate() {
-            let r = GaloisRingElement([
-                u16::from_le_bytes([rb[0], rb[1]]),
-                u16::from_le_bytes([rb[2], rb[3]]),
-                u16::from_le_bytes([rb[4], rb[5]]),
-                u16::from_le_bytes([rb[6], rb[7]]),
-            ]);
+            let mut b = [0u8; 8];
+            b.copy_from_slice(rb);
+            let r = GaloisRingElement::from_le_bytes(&b);
             let a = [a[0], a[1], a[2], a[3]];
             let mut shares = share_element(&a, r);
             sink(block_index * RANDOMNESS_BLOCK + j, &shares);

@@ -77,15 +77,7 @@ fn preprocessing_then_rotating_equals_rotating_then_preprocessing() {
 fn random_elements(rng: &mut ChaCha20Rng, n: usize) -> Vec<GaloisRingElement> {
     use rand_core::RngCore;
     (0..n)
-        .map(|_| {
-            let v = rng.next_u64();
-            GaloisRingElement([
-                v as u16,
-                (v >> 16) as u16,
-                (v >> 32) as u16,
-                (v >> 48) as u16,
-            ])
-        })
+        .map(|_| GaloisRingElement::from_le_bytes(&rng.next_u64().to_le_bytes()))
         .collect()
 }
 
@@ -143,9 +135,9 @@ fn share_eye_agrees_with_explicit_randomness_from_the_same_stream() {
     let r: Vec<GaloisRingElement> = bytes
         .chunks_exact(8)
         .map(|c| {
-            GaloisRingElement(core::array::from_fn(|i| {
-                u16::from_le_bytes([c[2 * i], c[2 * i + 1]])
-            }))
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            GaloisRingElement::from_le_bytes(&b)
         })
         .collect();
     let mut plain = [0u16; CODE_COEFS];
