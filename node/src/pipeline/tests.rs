@@ -200,3 +200,174 @@ fn rows_stay_in_serial_order_and_deletion_leaves_no_share_behind() {
     assert_eq!(db.serial_ids(), &[1, 2, 3]);
     assert_eq!(db.code(1, 0), shares[1][0].right.code.coefs());
 }
+
+/// A variant of `original` at a chosen distance: rotated by `offset` columns, each bit flipped
+/// with probability `flip`, freshly masked.
+fn variant(rng: &mut ChaCha20Rng, original: &IrisTemplate, offset: i32, flip: f64) -> IrisTemplate {
+    use rand_core::RngCore;
+    let rotated = original.rotated(offset);
+    let mut code = rotated.code().clone();
+    let threshold = (flip * u32::MAX as f64) as u32;
+    for i in 0..sdk_orb::CODE_BITS {
+        if rng.next_u32() < threshold {
+            code.set(i, !code.get(i));
+        }
+    }
+    let mask = synthetic::eye(rng).mask().clone();
+    IrisTemplate::new(
+        code,
+        mask,
+        "v2.1",
+        &sdk_orb::TemplatePolicy { min_usable_bits: 0 },
+    )
+    .expect("valid")
+}
+
+#[test]
+fn decisions_equal_the_plaintext_reference_on_thousands_of_pairs() {
+    use rand_core::RngCore;
+    let mut rng = ChaCha20Rng::seed_from_u64(17);
+    let t = 0.345;
+    let a = threshold_coefficient(t);
+    let enrolled: Vec<Person> = (0..60)
+        .map(|_| (synthetic::eye(&mut rng), synthetic::eye(&mut rng)))
+        .collect();
+    let near = |rng: &mut ChaCha20Rng, e: &IrisTemplate| {
+        // Flip rates within 0.01 of the threshold, either side.
+        let delta = (rng.next_u32() % 2001) as f64 / 100_000.0 - 0.01;
+        let offset = (rng.next_u32() % 21) as i32 - 10;
+        variant(rng, e, offset, t + delta)
+    };
+    let mut cases: Vec<Case> = Vec::new();
+    for k in 0..40 {
+        let or_policy = rng.next_u32() % 3 == 0;
+        let e = &enrolled[(rng.next_u32() % 60) as usize];
+        let person = match k % 5 {
+            0 => (synthetic::eye(&mut rng), synthetic::eye(&mut rng)),
+            1 => (
+                synthetic::recapture(&mut rng, &e.0).0,
+                synthetic::recapture(&mut rng, &e.1).0,
+            ),
+            2 => (near(&mut rng, &e.0), near(&mut rng, &e.1)),
+            3 => (near(&mut rng, &e.0), synthetic::eye(&mut rng)),
+            _ if k > 5 => {
+                // An intra-batch duplicate of an earlier request.
+                let earlier = &cases[k - 5].person;
+                (
+                    synthetic::recapture(&mut rng, &earlier.0).0,
+                    synthetic::recapture(&mut rng, &earlier.1).0,
+                )
+            }
+            _ => (near(&mut rng, &e.0), near(&mut rng, &e.1)),
+        };
+        cases.push(Case {
+            person,
+            target: Target::Database,
+            against_earlier: true,
+            candidate: k % 2 == 0,
+            or_policy,
+        });
+    }
+
+    // Reference decisions and the distance of every eye pair at its best rotation. Each query
+    // eye's 31 rotations are computed once.
+    let rotated: Vec<[Vec<IrisTemplate>; 2]> = cases
+        .iter()
+        .map(|c| [&c.person.0, &c.person.1].map(|q| rotations().map(|k| q.rotated(k)).collect()))
+        .collect();
+    let mut pairs = 0;
+    let mut close = 0;
+    let mut eye_match = |q: &[IrisTemplate], e: &IrisTemplate| {
+        let dots: Vec<_> = q.iter().map(|r| dot_products(r, e)).collect();
+        let d = dots
+            .iter()
+            .filter_map(|p| p.distance())
+            .fold(f64::INFINITY, f64::min);
+        pairs += 1;
+        if (d - t).abs() < 0.01 {
+            close += 1;
+            // Away from the 2^-16 band where the integer rule and the real threshold differ.
+            assert!((d - t).abs() > 1.0 / 65_536.0);
+        }
+        dots.iter().any(|p| p.matches(a))
+    };
+    let mut person_match = |j: usize, e: &Person, or_policy: bool| {
+        let (l, r) = (
+            eye_match(&rotated[j][0], &e.0),
+            eye_match(&rotated[j][1], &e.1),
+        );
+        if or_policy {
+            l || r
+        } else {
+            l && r
+        }
+    };
+    let expected: Vec<MatchResult> = (0..cases.len())
+        .map(|j| {
+            let c = &cases[j];
+            let entries: Vec<usize> = (0..enrolled.len())
+                .filter(|&d| person_match(j, &enrolled[d], c.or_policy))
+                .collect();
+            let earlier: Vec<usize> = (0..j)
+                .filter(|&k| cases[k].candidate)
+                .filter(|&k| person_match(j, &cases[k].person, c.or_policy))
+                .collect();
+            MatchResult {
+                any: !entries.is_empty() || !earlier.is_empty(),
+                entries,
+                earlier,
+            }
+        })
+        .collect();
+    assert!(pairs >= 4_000, "{pairs} eye pairs");
+    assert!(
+        close >= 20,
+        "only {close} eye pairs within 0.01 of the threshold"
+    );
+    let matched = expected.iter().filter(|r| r.any).count();
+    assert!(
+        matched >= 10 && matched <= 35,
+        "{matched} of 40 requests match"
+    );
+    assert!(
+        expected.iter().any(|r| !r.earlier.is_empty()),
+        "an intra-batch duplicate"
+    );
+
+    let enrolled_shares: Vec<Vec<PartyShares>> = enrolled
+        .iter()
+        .map(|p| synthetic::share_person(&mut rng, &p.0, &p.1))
+        .collect();
+    let case_shares: Vec<Vec<PartyShares>> = cases
+        .iter()
+        .map(|c| synthetic::share_person(&mut rng, &c.person.0, &c.person.1))
+        .collect();
+    let config = PipelineConfig {
+        threshold_a: a,
+        privacy_max: false,
+        chunk_entries: 4096,
+        max_pass_comparisons: 40_000,
+    };
+    let out = run_three(18, |s| {
+        let i = s.party().index();
+        let mut db = MatchDb::new();
+        for (d, shares) in enrolled_shares.iter().enumerate() {
+            db.push(d as u64 + 1, &shares[i]);
+        }
+        let requests: Vec<PipelineRequest<'_>> = cases
+            .iter()
+            .zip(&case_shares)
+            .map(|(c, shares)| PipelineRequest {
+                shares: &shares[i],
+                target: c.target,
+                against_earlier: c.against_earlier,
+                candidate: c.candidate,
+                or_policy: c.or_policy,
+            })
+            .collect();
+        evaluate(s, &CpuEngine::new(), &db, &requests, &config).expect("pipeline")
+    });
+    for party in &out {
+        assert_eq!(party.0, expected);
+    }
+}
