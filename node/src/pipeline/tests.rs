@@ -326,7 +326,7 @@ fn decisions_equal_the_plaintext_reference_on_thousands_of_pairs() {
     );
     let matched = expected.iter().filter(|r| r.any).count();
     assert!(
-        matched >= 10 && matched <= 35,
+        (10..=35).contains(&matched),
         "{matched} of 40 requests match"
     );
     assert!(
