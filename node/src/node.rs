@@ -57,7 +57,10 @@ pub struct NodeState {
     shares: RwLock<ShareDb>,
     pub(crate) results_tx: broadcast::Sender<Arc<SignedResult>>,
     /// Serialises batch application.
-    pub(crate) apply_lock: tokio::sync::Mutex<()>,
+    /// Held by the blocking task itself, so an apply whose caller went away
+    /// (a peer's commit call cancelled) still excludes the next one until it
+    /// ends.
+    pub(crate) apply_lock: Arc<tokio::sync::Mutex<()>>,
     /// Wakes the batch loop early (queue reached a full batch).
     pub(crate) batch_wakeup: Notify,
     /// Incoming MPC links from the peers.
@@ -139,7 +142,7 @@ impl NodeState {
             queue: Mutex::new(queue),
             shares: RwLock::new(shares),
             results_tx,
-            apply_lock: tokio::sync::Mutex::new(()),
+            apply_lock: Arc::new(tokio::sync::Mutex::new(())),
             batch_wakeup: Notify::new(),
             links: crate::links::LinkHub::default(),
             peers: std::sync::OnceLock::new(),

@@ -92,7 +92,7 @@ fn write_config(dir: &Path, keys: &Path, party: u8, ports: &[[u16; 3]; 3]) -> Re
         "party_id = {party}\ndata_dir = \"{}\"\n[listen]\norb = \"127.0.0.1:{o}\"\npeer = \"127.0.0.1:{p}\"\nmetrics = \"127.0.0.1:{m}\"\n\
          [tls]\nca = \"{k}/ca.pem\"\ncert = \"{k}/party{party}/tls.pem\"\nkey = \"{k}/party{party}/tls.key.pem\"\n\
          [keys]\nhpke_secret = \"{k}/party{party}/hpke.key\"\nresult_signing = \"{k}/party{party}/result-signing.key\"\n\
-         orb_allow_list = \"{k}/orb-allow-list.txt\"\nnode_public_keys = \"{k}/node-public-keys.bin\"\n[batch]\ninterval_ms = 20\nrequest_timeout_ms = 60000\npeer_rpc_timeout_ms = 1000\n",
+         orb_allow_list = \"{k}/orb-allow-list.txt\"\nnode_public_keys = \"{k}/node-public-keys.bin\"\n[batch]\ninterval_ms = 20\nrequest_timeout_ms = 60000\npeer_rpc_timeout_ms = 1000\ncommit_timeout_ms = 30000\n[matching]\nround_timeout_ms = 10000\n",
         dir.join(format!("data{party}")).display(),
         k = keys.display()
     );
@@ -112,7 +112,8 @@ async fn wait_ready(client: &OrbClient, timeout: Duration) -> Res {
     let deadline = Instant::now() + timeout;
     loop {
         let mut h = client.health.clone();
-        if let Ok(r) = h.check(HealthCheckRequest {}).await {
+        if let Ok(Ok(r)) = tokio::time::timeout(CALL_TIMEOUT, h.check(HealthCheckRequest {})).await
+        {
             if r.into_inner().ready {
                 return Ok(());
             }
@@ -126,21 +127,32 @@ async fn wait_ready(client: &OrbClient, timeout: Duration) -> Res {
 
 /// Submits until acknowledged (OK) or known (ALREADY_EXISTS), retrying
 /// while the node is down.
+/// Every call to a node gets a deadline: a connection to a killed process
+/// must turn into a retry, never into a test that waits forever.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn submit_until_held(client: &OrbClient, env: &[u8]) -> Res {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let mut c = client.orb.clone();
-        match c
-            .submit(SubmitRequest {
-                envelope: env.to_vec(),
-            })
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(s) if s.code() == tonic::Code::AlreadyExists => return Ok(()),
-            Err(s) if Instant::now() > deadline => return Err(s.into()),
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        let attempt = c.submit(SubmitRequest {
+            envelope: env.to_vec(),
+        });
+        match tokio::time::timeout(CALL_TIMEOUT, attempt).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(s)) if s.code() == tonic::Code::AlreadyExists => return Ok(()),
+            Ok(Err(s)) if Instant::now() > deadline => return Err(s.into()),
+            Err(_) if Instant::now() > deadline => return Err("submission timed out".into()),
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
         }
+    }
+}
+
+async fn pending_of(client: &OrbClient) -> Option<u64> {
+    let mut h = client.health.clone();
+    match tokio::time::timeout(CALL_TIMEOUT, h.check(HealthCheckRequest {})).await {
+        Ok(Ok(r)) => Some(r.into_inner().pending),
+        _ => None,
     }
 }
 
@@ -208,7 +220,7 @@ async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
                 });
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 nodes[victim].kill9()?;
-                let _ = inflight.await?;
+                let _ = tokio::time::timeout(CALL_TIMEOUT, inflight).await;
             }
             if k == at + 3 {
                 nodes[victim].spawn()?;
@@ -236,12 +248,12 @@ async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
         wait_ready(c, Duration::from_secs(30)).await?;
     }
     // Wait until every node has answered everything.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let mut pending = 0;
         for c in &clients {
-            let mut h = c.health.clone();
-            pending += h.check(HealthCheckRequest {}).await?.into_inner().pending;
+            // A node that does not answer counts as still busy.
+            pending += pending_of(c).await.unwrap_or(1);
         }
         if pending == 0 {
             break;

@@ -79,12 +79,15 @@ pub async fn apply_commit(
     state: &Arc<NodeState>,
     commit: BatchCommit,
 ) -> Result<[u8; 32], ApplyError> {
-    let _guard = state.apply_lock.lock().await;
+    let guard = state.apply_lock.clone().lock_owned().await;
     let st = state.clone();
     let runtime = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || apply_blocking(&st, &commit, runtime))
-        .await
-        .map_err(|_| ApplyError::Join)?
+    tokio::task::spawn_blocking(move || {
+        let _guard = guard;
+        apply_blocking(&st, &commit, runtime)
+    })
+    .await
+    .map_err(|_| ApplyError::Join)?
 }
 
 fn apply_blocking(
@@ -462,9 +465,10 @@ pub(crate) fn finish_in_memory(
 /// # Errors
 /// Storage failure.
 pub async fn sweep_expired(state: &Arc<NodeState>) -> Result<usize, ApplyError> {
-    let _guard = state.apply_lock.lock().await;
+    let guard = state.apply_lock.clone().lock_owned().await;
     let st = state.clone();
     tokio::task::spawn_blocking(move || {
+        let _guard = guard;
         let timeout = st.config.batch.request_timeout_ms.saturating_mul(2);
         let cutoff = now_ms().saturating_sub(timeout);
         let expired = st.queue().expired(cutoff);

@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use prost::Message;
 use shared_proto::v1::peer_service_client::PeerServiceClient;
-use shared_proto::v1::{BatchAbort, BatchCommit, BatchItem, BatchProposal, BatchVote, Vote};
+use shared_proto::v1::{
+    BatchAbort, BatchCommit, BatchItem, BatchProposal, BatchVote, FetchBatchRequest, Vote,
+};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
@@ -167,6 +169,17 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
         abort(peers, batch_id, timeout).await;
         return Err(f);
     }
+    // Party 0 may lack batches a peer applied (it crashed after an
+    // evaluation the peers stored): fetch them from that peer first.
+    if let Some((party, v)) = votes
+        .iter()
+        .max_by_key(|(_, v)| v.last_applied_batch_id)
+        .filter(|(_, v)| v.last_applied_batch_id > meta.last_applied_batch)
+    {
+        abort(peers, batch_id, timeout).await;
+        fetch_missed(state, peers, *party, batch_id, v.last_applied_batch_id).await?;
+        return Ok(Round::CaughtUp);
+    }
     // Peers that missed batches get them first.
     let mut caught_up = false;
     for (party, v) in &votes {
@@ -320,6 +333,46 @@ async fn catch_up(
         if theirs != b.results_digest {
             tracing::error!(batch_id = id, party, "replayed batch: peer results differ");
         }
+    }
+    Ok(())
+}
+
+/// Fetches batches `from..=to` from `party`'s batch log and applies their
+/// recorded outcomes here.
+async fn fetch_missed(
+    state: &Arc<NodeState>,
+    peers: &Peers,
+    party: u8,
+    from: u64,
+    to: u64,
+) -> Result<(), String> {
+    let client = peers
+        .client(party)
+        .ok_or_else(|| format!("unknown peer {party}"))?;
+    tracing::warn!(
+        party,
+        from,
+        to,
+        "a peer applied batches this node lacks; fetching them"
+    );
+    for id in from..=to {
+        let mut c = client.clone();
+        let commit = tokio::time::timeout(
+            state.config.batch.peer_rpc_timeout(),
+            c.fetch_batch(FetchBatchRequest { batch_id: id }),
+        )
+        .await
+        .map_err(|_| format!("party {party} did not send batch {id} in time"))?
+        .map_err(|s| format!("party {party} could not send batch {id}: {}", s.message()))?
+        .into_inner();
+        if !commit.outcomes_recorded {
+            return Err(format!(
+                "batch {id} from party {party} has no recorded outcomes"
+            ));
+        }
+        apply_commit(state, commit)
+            .await
+            .map_err(|e| format!("applying fetched batch {id}: {e}"))?;
     }
     Ok(())
 }

@@ -247,7 +247,9 @@ pub fn health(state: &NodeState) -> HealthCheckResponse {
         live: true,
         ready,
         party_id: u32::from(state.party),
-        enrolled: state.shares().len() as u64,
+        // The gauge, not the share database: an async handler must never wait
+        // on the lock a long blocking evaluation holds.
+        enrolled: u64::try_from(state.metrics().enrolled.get()).unwrap_or(0),
         pending: state.pending_len() as u64,
         detail: if state.is_draining() {
             "shutting down".to_owned()

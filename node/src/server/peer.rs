@@ -8,7 +8,8 @@ use std::sync::Arc;
 use futures::Stream;
 use shared_proto::v1::peer_service_server::PeerService;
 use shared_proto::v1::{
-    BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote, MpcFrame,
+    BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote,
+    FetchBatchRequest, MpcFrame,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -96,6 +97,23 @@ impl PeerService for PeerApi {
         self.require_party0(&request)?;
         self.state.queue().release_all_but(None);
         Ok(Response::new(BatchAbortAck {}))
+    }
+
+    async fn fetch_batch(
+        &self,
+        request: Request<FetchBatchRequest>,
+    ) -> Result<Response<BatchCommit>, Status> {
+        self.require_party0(&request)?;
+        let id = request.get_ref().batch_id;
+        let b = self
+            .state
+            .store
+            .batch(id)
+            .map_err(|e| Status::internal(e.to_string()))?
+            .ok_or_else(|| Status::not_found(format!("batch {id} is not in the batch log")))?;
+        let commit = <BatchCommit as prost::Message>::decode(b.commit.as_slice())
+            .map_err(|_| Status::data_loss(format!("batch {id} is corrupt in the batch log")))?;
+        Ok(Response::new(commit))
     }
 
     type MpcStreamStream = FrameStream;
