@@ -19,6 +19,7 @@ use tonic::transport::Channel;
 use super::{apply_commit, digest_of};
 use crate::node::{now_ms, NodeState};
 use crate::queue::Candidate;
+use crate::store::RequestState;
 
 /// Clients for the two peers, by party id.
 #[derive(Clone, Debug)]
@@ -394,8 +395,10 @@ pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, St
                     Vote::Accept
                 }
                 Some(_) => Vote::DigestMismatch,
+                // Intake stores a request before queueing it: one that is
+                // stored but still pending is on its way into the queue.
                 None => match state.store.request(&id) {
-                    Ok(Some(_)) => Vote::AlreadyFinal,
+                    Ok(Some(r)) if r.state() == Some(RequestState::Final) => Vote::AlreadyFinal,
                     _ => Vote::Missing,
                 },
             },
