@@ -45,6 +45,22 @@ pub struct Vector<C> {
     pub case: C,
 }
 
+impl<C> Vector<C> {
+    /// Vectors from `(comment, flags, case)` triples, with ids 1, 2, 3, ... in order.
+    pub fn numbered(cases: Vec<(String, Vec<Flag>, C)>) -> Vec<Vector<C>> {
+        cases
+            .into_iter()
+            .zip(1u32..)
+            .map(|((comment, flags, case), id)| Vector {
+                id,
+                comment,
+                flags,
+                case,
+            })
+            .collect()
+    }
+}
+
 /// Per-vector flags. The set is closed: a file with any other flag does not load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

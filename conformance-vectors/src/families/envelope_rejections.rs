@@ -351,16 +351,7 @@ impl crate::Spec for Spec {
             0,
         )?;
         let _ = MaskShare::BYTES;
-        Ok(b.out
-            .into_iter()
-            .enumerate()
-            .map(|(i, (comment, flags, case))| Vector {
-                id: i as u32 + 1,
-                comment,
-                flags,
-                case,
-            })
-            .collect())
+        Ok(Vector::numbered(b.out))
     }
 
     fn check_file(vectors: &[Vector<Case>]) -> Result<(), String> {

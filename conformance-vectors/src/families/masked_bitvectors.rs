@@ -203,16 +203,7 @@ impl crate::Spec for Spec {
             vec![Flag::EdgeCase, Flag::NoCommonBits],
             pair_case(&t1, &t2, a),
         ));
-        Ok(out
-            .into_iter()
-            .enumerate()
-            .map(|(i, (comment, flags, case))| Vector {
-                id: i as u32 + 1,
-                comment,
-                flags,
-                case,
-            })
-            .collect())
+        Ok(Vector::numbered(out))
     }
 
     fn verify(vector: &Vector<Case>, _all: &[Vector<Case>]) -> Result<(), String> {

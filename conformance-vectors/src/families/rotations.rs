@@ -140,16 +140,7 @@ impl crate::Spec for Spec {
                 },
             ));
         }
-        Ok(out
-            .into_iter()
-            .enumerate()
-            .map(|(i, (comment, flags, case))| Vector {
-                id: i as u32 + 1,
-                comment,
-                flags,
-                case,
-            })
-            .collect())
+        Ok(Vector::numbered(out))
     }
 
     fn verify(vector: &Vector<Case>, _all: &[Vector<Case>]) -> Result<(), String> {

@@ -324,16 +324,7 @@ impl crate::Spec for Spec {
                 CODE_BITS,
             )?,
         ];
-        Ok(cases
-            .into_iter()
-            .enumerate()
-            .map(|(i, (comment, flags, case))| Vector {
-                id: i as u32 + 1,
-                comment,
-                flags,
-                case,
-            })
-            .collect())
+        Ok(Vector::numbered(cases))
     }
 
     fn verify(vector: &Vector<Case>, _all: &[Vector<Case>]) -> Result<(), String> {
