@@ -32,6 +32,45 @@ struct Case {
     or_policy: bool,
 }
 
+/// Shares `enrolled` and every case's person, runs the pipeline as the three parties with
+/// `config`, and returns what each party opened.
+fn run_cases(
+    rng: &mut ChaCha20Rng,
+    seed: u64,
+    enrolled: &[Person],
+    cases: &[Case],
+    config: &PipelineConfig,
+) -> Vec<Vec<MatchResult>> {
+    let enrolled_shares: Vec<Vec<PartyShares>> = enrolled
+        .iter()
+        .map(|p| synthetic::share_person(rng, &p.0, &p.1))
+        .collect();
+    let case_shares: Vec<Vec<PartyShares>> = cases
+        .iter()
+        .map(|c| synthetic::share_person(rng, &c.person.0, &c.person.1))
+        .collect();
+    let out = run_three(seed, |s| {
+        let i = s.party().index();
+        let mut db = MatchDb::new();
+        for (d, shares) in enrolled_shares.iter().enumerate() {
+            db.push(d as u64 + 1, &shares[i]);
+        }
+        let requests: Vec<PipelineRequest<'_>> = cases
+            .iter()
+            .zip(&case_shares)
+            .map(|(c, shares)| PipelineRequest {
+                shares: &shares[i],
+                target: c.target,
+                against_earlier: c.against_earlier,
+                candidate: c.candidate,
+                or_policy: c.or_policy,
+            })
+            .collect();
+        evaluate(s, &CpuEngine::new(), &db, &requests, config).expect("pipeline")
+    });
+    out.into_iter().map(|(results, _, _)| results).collect()
+}
+
 #[test]
 fn decisions_equal_the_plaintext_reference() {
     let mut rng = ChaCha20Rng::seed_from_u64(11);
@@ -122,14 +161,6 @@ fn decisions_equal_the_plaintext_reference() {
     assert!(expected[3].any && !expected[4].any);
     assert!(expected[5].any && !expected[6].any, "OR policy matters");
 
-    let enrolled_shares: Vec<Vec<PartyShares>> = enrolled
-        .iter()
-        .map(|p| synthetic::share_person(&mut rng, &p.0, &p.1))
-        .collect();
-    let case_shares: Vec<Vec<PartyShares>> = cases
-        .iter()
-        .map(|c| synthetic::share_person(&mut rng, &c.person.0, &c.person.1))
-        .collect();
     for privacy_max in [false, true] {
         let config = PipelineConfig {
             threshold_a: a,
@@ -137,37 +168,17 @@ fn decisions_equal_the_plaintext_reference() {
             chunk_entries: 3,
             max_pass_comparisons: 1 << 21,
         };
-        let out = run_three(12, |s| {
-            let i = s.party().index();
-            let mut db = MatchDb::new();
-            for (d, shares) in enrolled_shares.iter().enumerate() {
-                db.push(100 + d as u64, &shares[i]);
-            }
-            let requests: Vec<PipelineRequest<'_>> = cases
-                .iter()
-                .zip(&case_shares)
-                .map(|(c, shares)| PipelineRequest {
-                    shares: &shares[i],
-                    target: c.target,
-                    against_earlier: c.against_earlier,
-                    candidate: c.candidate,
-                    or_policy: c.or_policy,
-                })
-                .collect();
-            let engine = CpuEngine::new();
-            evaluate(s, &engine, &db, &requests, &config).expect("pipeline")
-        });
+        let out = run_cases(&mut rng, 12, &enrolled, &cases, &config);
         for party in &out {
             if privacy_max {
-                let any: Vec<bool> = party.0.iter().map(|r| r.any).collect();
+                let any: Vec<bool> = party.iter().map(|r| r.any).collect();
                 let want: Vec<bool> = expected.iter().map(|r| r.any).collect();
                 assert_eq!(any, want, "privacy-max");
                 assert!(party
-                    .0
                     .iter()
                     .all(|r| r.entries.is_empty() && r.earlier.is_empty()));
             } else {
-                assert_eq!(party.0, expected);
+                assert_eq!(party, &expected);
             }
         }
     }
@@ -334,40 +345,14 @@ fn decisions_equal_the_plaintext_reference_on_thousands_of_pairs() {
         "an intra-batch duplicate"
     );
 
-    let enrolled_shares: Vec<Vec<PartyShares>> = enrolled
-        .iter()
-        .map(|p| synthetic::share_person(&mut rng, &p.0, &p.1))
-        .collect();
-    let case_shares: Vec<Vec<PartyShares>> = cases
-        .iter()
-        .map(|c| synthetic::share_person(&mut rng, &c.person.0, &c.person.1))
-        .collect();
     let config = PipelineConfig {
         threshold_a: a,
         privacy_max: false,
         chunk_entries: 4096,
         max_pass_comparisons: 40_000,
     };
-    let out = run_three(18, |s| {
-        let i = s.party().index();
-        let mut db = MatchDb::new();
-        for (d, shares) in enrolled_shares.iter().enumerate() {
-            db.push(d as u64 + 1, &shares[i]);
-        }
-        let requests: Vec<PipelineRequest<'_>> = cases
-            .iter()
-            .zip(&case_shares)
-            .map(|(c, shares)| PipelineRequest {
-                shares: &shares[i],
-                target: c.target,
-                against_earlier: c.against_earlier,
-                candidate: c.candidate,
-                or_policy: c.or_policy,
-            })
-            .collect();
-        evaluate(s, &CpuEngine::new(), &db, &requests, &config).expect("pipeline")
-    });
+    let out = run_cases(&mut rng, 18, &enrolled, &cases, &config);
     for party in &out {
-        assert_eq!(party.0, expected);
+        assert_eq!(party, &expected);
     }
 }
