@@ -15,7 +15,6 @@ pub mod matchdb;
 mod query;
 
 use sdk_orb::plaintext::threshold_coefficient;
-use sdk_orb::preprocess::dot;
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{CODE_COEFS, MASK_COEFS};
 
@@ -125,6 +124,19 @@ impl PassInputs {
     fn at(&self, rotation: usize, eye: usize, pair: usize) -> usize {
         (rotation * 2 + eye) * self.padded + pair
     }
+
+    /// Stores one eye's engine output for `width` consecutive pairs starting at `first`:
+    /// `code` and `mask` are `[rotation][pair]`, the mask dots not yet doubled.
+    fn fill(&mut self, eye: usize, first: usize, width: usize, code: &[u16], mask: &[u16]) {
+        for rotation in 0..ROTATION_COUNT {
+            let at = self.at(rotation, eye, first);
+            let row = rotation * width..(rotation + 1) * width;
+            self.cd[at..at + width].copy_from_slice(&code[row.clone()]);
+            for (m, &v) in self.md[at..at + width].iter_mut().zip(&mask[row]) {
+                *m = v.wrapping_mul(2);
+            }
+        }
+    }
 }
 
 /// Runs the pipeline for one batch; every party calls it with its own shares, the same
@@ -150,43 +162,86 @@ pub fn evaluate<T: Transport>(
     let mut results = vec![MatchResult::default(); requests.len()];
     let mut any_shared = Replicated::zeros(words_for(requests.len()));
 
-    // Pass 1: intra-batch pairs and single-entry targets.
-    let mut pairs = Vec::new();
-    for (j, r) in requests.iter().enumerate() {
-        if r.against_earlier {
-            for (k, earlier) in requests[..j].iter().enumerate() {
-                if earlier.candidate {
-                    pairs.push((j, Against::Earlier(k)));
-                }
-            }
+    // Pass 1: intra-batch pairs and single-entry targets. The enrolment candidates' raw
+    // shares form one contiguous matrix per eye; request j's earlier candidates are a prefix.
+    let candidates: Vec<usize> = (0..requests.len())
+        .filter(|&k| requests[k].candidate)
+        .collect();
+    let mut candidate_codes = [Vec::new(), Vec::new()];
+    let mut candidate_masks = [Vec::new(), Vec::new()];
+    for &k in &candidates {
+        for (eye, e) in [&requests[k].shares.left, &requests[k].shares.right]
+            .into_iter()
+            .enumerate()
+        {
+            candidate_codes[eye].extend_from_slice(e.code.coefs());
+            candidate_masks[eye].extend_from_slice(e.mask.coefs());
         }
-        if let Target::Entry(d) = r.target {
+    }
+    let mut pairs = Vec::new();
+    // Per request with pass-1 pairs: (request, its first pair, earlier candidates, entry).
+    let mut blocks = Vec::new();
+    for (j, r) in requests.iter().enumerate() {
+        let first = pairs.len();
+        let earlier = if r.against_earlier {
+            candidates.partition_point(|&k| k < j)
+        } else {
+            0
+        };
+        pairs.extend(
+            candidates[..earlier]
+                .iter()
+                .map(|&k| (j, Against::Earlier(k))),
+        );
+        let entry = match r.target {
+            Target::Entry(d) => Some(d),
+            _ => None,
+        };
+        if let Some(d) = entry {
             pairs.push((j, Against::Entry(d)));
+        }
+        if pairs.len() > first {
+            blocks.push((j, first, earlier, entry));
         }
     }
     if !pairs.is_empty() {
         let mut pass = PassInputs::new(pairs);
-        for p in 0..pass.pairs.len() {
-            let (j, against) = pass.pairs[p];
+        for (j, first, earlier, entry) in blocks {
             let query = prepared[j]
                 .as_ref()
                 .expect("prepared for every matching request");
             for eye in 0..2 {
-                let (code, mask): (&[u16], &[u16]) = match against {
-                    Against::Earlier(k) => {
-                        let e = if eye == 0 {
-                            &requests[k].shares.left
-                        } else {
-                            &requests[k].shares.right
-                        };
-                        (&e.code.coefs()[..], &e.mask.coefs()[..])
-                    }
-                    Against::Entry(d) => (db.code(eye, d), db.mask(eye, d)),
-                };
-                for rotation in 0..ROTATION_COUNT {
-                    let at = pass.at(rotation, eye, p);
-                    pass.cd[at] = dot(code, query.code(eye, rotation));
-                    pass.md[at] = dot(mask, query.mask(eye, rotation)).wrapping_mul(2);
+                let mut code_dots = vec![0u16; ROTATION_COUNT * earlier];
+                let mut mask_dots = vec![0u16; ROTATION_COUNT * earlier];
+                engine.dot(
+                    query.codes(eye),
+                    &candidate_codes[eye][..earlier * CODE_COEFS],
+                    CODE_COEFS,
+                    &mut code_dots,
+                );
+                engine.dot(
+                    query.masks(eye),
+                    &candidate_masks[eye][..earlier * MASK_COEFS],
+                    MASK_COEFS,
+                    &mut mask_dots,
+                );
+                pass.fill(eye, first, earlier, &code_dots, &mask_dots);
+                if let Some(d) = entry {
+                    let mut code_dots = [0u16; ROTATION_COUNT];
+                    let mut mask_dots = [0u16; ROTATION_COUNT];
+                    engine.dot(
+                        query.codes(eye),
+                        db.code(eye, d),
+                        CODE_COEFS,
+                        &mut code_dots,
+                    );
+                    engine.dot(
+                        query.masks(eye),
+                        db.mask(eye, d),
+                        MASK_COEFS,
+                        &mut mask_dots,
+                    );
+                    pass.fill(eye, first + earlier, 1, &code_dots, &mask_dots);
                 }
             }
         }
@@ -247,18 +302,16 @@ pub fn evaluate<T: Transport>(
                     MASK_COEFS,
                     &mut mask_dots,
                 );
-                for (qi, _) in scanning.iter().enumerate() {
-                    for rotation in 0..ROTATION_COUNT {
-                        let row = (qi * ROTATION_COUNT + rotation) * width;
-                        let base = pass.at(rotation, eye, qi * width);
-                        pass.cd[base..base + width].copy_from_slice(&code_dots[row..row + width]);
-                        for (m, &v) in pass.md[base..base + width]
-                            .iter_mut()
-                            .zip(&mask_dots[row..row + width])
-                        {
-                            *m = v.wrapping_mul(2);
-                        }
-                    }
+                let block = ROTATION_COUNT * width;
+                for qi in 0..scanning.len() {
+                    let rows = qi * block..(qi + 1) * block;
+                    pass.fill(
+                        eye,
+                        qi * width,
+                        width,
+                        &code_dots[rows.clone()],
+                        &mask_dots[rows],
+                    );
                 }
             }
             run_pass(
