@@ -21,7 +21,7 @@ use sdk_orb::{CODE_COEFS, MASK_COEFS};
 pub use matchdb::MatchDb;
 pub use query::PreparedQuery;
 
-use crate::engine::DotEngine;
+use crate::engine::{DotEngine, Part};
 use crate::mpc::bits::{plane_to_bits, words_for};
 use crate::mpc::compare::{match_bits, or, or_blocks};
 use crate::mpc::network::{NetworkError, Transport};
@@ -229,16 +229,20 @@ pub fn evaluate<T: Transport>(
                 if let Some(d) = entry {
                     let mut code_dots = [0u16; ROTATION_COUNT];
                     let mut mask_dots = [0u16; ROTATION_COUNT];
-                    engine.dot(
+                    engine.dot_db(
                         query.codes(eye),
-                        db.code(eye, d),
-                        CODE_COEFS,
+                        db,
+                        eye,
+                        Part::Code,
+                        d..d + 1,
                         &mut code_dots,
                     );
-                    engine.dot(
+                    engine.dot_db(
                         query.masks(eye),
-                        db.mask(eye, d),
-                        MASK_COEFS,
+                        db,
+                        eye,
+                        Part::Mask,
+                        d..d + 1,
                         &mut mask_dots,
                     );
                     pass.fill(eye, first + earlier, 1, &code_dots, &mask_dots);
@@ -290,16 +294,20 @@ pub fn evaluate<T: Transport>(
             let mut code_dots = vec![0u16; rows * width];
             let mut mask_dots = vec![0u16; rows * width];
             for eye in 0..2 {
-                engine.dot(
+                engine.dot_db(
                     &query_codes[eye],
-                    db.codes(eye, start..end),
-                    CODE_COEFS,
+                    db,
+                    eye,
+                    Part::Code,
+                    start..end,
                     &mut code_dots,
                 );
-                engine.dot(
+                engine.dot_db(
                     &query_masks[eye],
-                    db.masks(eye, start..end),
-                    MASK_COEFS,
+                    db,
+                    eye,
+                    Part::Mask,
+                    start..end,
                     &mut mask_dots,
                 );
                 let block = ROTATION_COUNT * width;

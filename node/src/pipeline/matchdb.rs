@@ -6,16 +6,51 @@
 //! position, so every party must hold the same rows in the same order whatever its history
 //! (restarts reload in serial order).
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{CODE_COEFS, MASK_COEFS};
 use zeroize::Zeroize;
 
+/// Changes a database remembers for mirrors to replay; an older mirror reloads in full.
+pub const CHANGE_LOG: usize = 4096;
+
+/// One change to the database, by serial id, for mirrors (a GPU engine's resident copy) to
+/// replay in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The entry was added or its shares replaced.
+    Upsert(u64),
+    /// The entry was removed.
+    Remove(u64),
+}
+
+/// Distinguishes databases, so a mirror never replays one database's changes onto another's.
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
 /// Contiguous share database.
-#[derive(Default)]
 pub struct MatchDb {
     serial_ids: Vec<u64>,
     codes: [Vec<u16>; 2],
     masks: [Vec<u16>; 2],
+    instance: u64,
+    /// Changes ever made; the log holds the last `log.len()` of them.
+    generation: u64,
+    log: VecDeque<Change>,
+}
+
+impl Default for MatchDb {
+    fn default() -> MatchDb {
+        MatchDb {
+            serial_ids: Vec::new(),
+            codes: Default::default(),
+            masks: Default::default(),
+            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            generation: 0,
+            log: VecDeque::new(),
+        }
+    }
 }
 
 impl core::fmt::Debug for MatchDb {
@@ -55,6 +90,31 @@ impl MatchDb {
         &self.serial_ids
     }
 
+    /// Identifies this database among all in the process.
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// Number of changes ever made.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The changes after the first `generation`, in order; `None` once they have left the log.
+    pub fn changes_since(&self, generation: u64) -> Option<impl Iterator<Item = Change> + '_> {
+        let kept = self.log.len() as u64;
+        let skip = generation.checked_sub(self.generation - kept)?;
+        (generation <= self.generation).then(|| self.log.iter().skip(skip as usize).copied())
+    }
+
+    fn record(&mut self, change: Change) {
+        if self.log.len() == CHANGE_LOG {
+            self.log.pop_front();
+        }
+        self.log.push_back(change);
+        self.generation += 1;
+    }
+
     /// The row of `serial_id`, if enrolled.
     pub fn row_of(&self, serial_id: u64) -> Option<usize> {
         self.serial_ids.binary_search(&serial_id).ok()
@@ -79,6 +139,7 @@ impl MatchDb {
             }
             Err(row) => row,
         };
+        self.record(Change::Upsert(serial_id));
         self.serial_ids.insert(row, serial_id);
         for (eye, e) in [&shares.left, &shares.right].into_iter().enumerate() {
             let c = row * CODE_COEFS;
@@ -91,6 +152,7 @@ impl MatchDb {
 
     /// Overwrites row `row` with new shares (reset).
     pub fn replace(&mut self, row: usize, shares: &PartyShares) {
+        self.record(Change::Upsert(self.serial_ids[row]));
         for (eye, e) in [&shares.left, &shares.right].into_iter().enumerate() {
             self.codes[eye][row * CODE_COEFS..(row + 1) * CODE_COEFS]
                 .copy_from_slice(e.code.coefs());
@@ -103,6 +165,7 @@ impl MatchDb {
     /// vacated tail is zeroized, so nothing of the deleted entry stays behind.
     pub fn remove(&mut self, row: usize) {
         let last = self.len() - 1;
+        self.record(Change::Remove(self.serial_ids[row]));
         self.serial_ids.remove(row);
         for (v, len) in self
             .codes

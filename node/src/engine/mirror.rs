@@ -1,0 +1,280 @@
+//! Keeping a resident copy of a [`MatchDb`] (the GPU engine's device memory) equal to it, row
+//! for row, by replaying the database's change log in place: appends and replacements write
+//! one row, deletions close the gap. A copy too old for the log, or of another database, is
+//! rebuilt in full.
+
+use crate::pipeline::matchdb::Change;
+use crate::pipeline::MatchDb;
+
+/// Row storage a [`Mirror`] keeps in step. Rows are the database's rows, in its order.
+pub trait RowStore {
+    /// What the storage's operations fail with.
+    type Error;
+
+    /// Replaces everything with the rows of `db`.
+    fn load(&mut self, db: &MatchDb) -> Result<(), Self::Error>;
+
+    /// Opens an empty row at `row`, moving rows `row..` one down.
+    fn insert_gap(&mut self, row: usize) -> Result<(), Self::Error>;
+
+    /// Removes row `row`, moving rows `row + 1..` one up; nothing of it may stay behind.
+    fn remove(&mut self, row: usize) -> Result<(), Self::Error>;
+
+    /// Writes the shares of `db`'s row `from` into row `row`, or zeros where `from` is `None`
+    /// (an entry removed again later in the log).
+    fn write(&mut self, row: usize, db: &MatchDb, from: Option<usize>) -> Result<(), Self::Error>;
+}
+
+/// A [`RowStore`] and the database state it holds.
+#[derive(Debug)]
+pub struct Mirror<S> {
+    store: S,
+    serial_ids: Vec<u64>,
+    /// `(instance, generation)` of the database the store equals.
+    synced: Option<(u64, u64)>,
+}
+
+impl<S: RowStore> Mirror<S> {
+    /// A mirror of nothing yet; the first [`Mirror::sync`] loads in full.
+    pub fn new(store: S) -> Mirror<S> {
+        Mirror {
+            store,
+            serial_ids: Vec::new(),
+            synced: None,
+        }
+    }
+
+    /// The storage, equal to the last database synced.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The storage, for operations that leave its rows as they are.
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+
+    /// Brings the storage to `db`'s current rows.
+    ///
+    /// # Errors
+    /// The storage failed; the mirror then reloads in full at the next sync.
+    pub fn sync(&mut self, db: &MatchDb) -> Result<(), S::Error> {
+        let target = (db.instance(), db.generation());
+        if self.synced == Some(target) {
+            return Ok(());
+        }
+        let changes = match self.synced {
+            Some((instance, generation)) if instance == db.instance() => {
+                db.changes_since(generation)
+            }
+            _ => None,
+        };
+        self.synced = None;
+        match changes {
+            Some(changes) => {
+                for change in changes {
+                    self.replay(db, change)?;
+                }
+            }
+            None => {
+                self.store.load(db)?;
+                self.serial_ids = db.serial_ids().to_vec();
+            }
+        }
+        assert_eq!(
+            self.serial_ids.len(),
+            db.len(),
+            "mirror diverged from its database"
+        );
+        debug_assert_eq!(self.serial_ids, db.serial_ids());
+        self.synced = Some(target);
+        Ok(())
+    }
+
+    fn replay(&mut self, db: &MatchDb, change: Change) -> Result<(), S::Error> {
+        match change {
+            Change::Upsert(serial_id) => {
+                let row = match self.serial_ids.binary_search(&serial_id) {
+                    Ok(row) => row,
+                    Err(row) => {
+                        self.store.insert_gap(row)?;
+                        self.serial_ids.insert(row, serial_id);
+                        row
+                    }
+                };
+                // The entry's shares as they are now: later changes to it rewrite the same.
+                self.store.write(row, db, db.row_of(serial_id))
+            }
+            Change::Remove(serial_id) => match self.serial_ids.binary_search(&serial_id) {
+                Ok(row) => {
+                    self.store.remove(row)?;
+                    self.serial_ids.remove(row);
+                    Ok(())
+                }
+                Err(_) => Ok(()),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::{RngCore, SeedableRng};
+    use sdk_orb::shamir::PartyShares;
+    use sdk_orb::{CODE_COEFS, MASK_COEFS};
+
+    use super::*;
+    use crate::pipeline::matchdb::CHANGE_LOG;
+
+    /// Rows in host vectors, counting full loads.
+    #[derive(Default)]
+    struct HostRows {
+        codes: [Vec<u16>; 2],
+        masks: [Vec<u16>; 2],
+        loads: usize,
+    }
+
+    fn parts(rows: &mut HostRows) -> impl Iterator<Item = (usize, bool, &mut Vec<u16>)> {
+        let (codes, masks) = (&mut rows.codes, &mut rows.masks);
+        codes
+            .iter_mut()
+            .enumerate()
+            .map(|(eye, v)| (eye, true, v))
+            .chain(masks.iter_mut().enumerate().map(|(eye, v)| (eye, false, v)))
+    }
+
+    fn len_of(code: bool) -> usize {
+        if code {
+            CODE_COEFS
+        } else {
+            MASK_COEFS
+        }
+    }
+
+    impl RowStore for HostRows {
+        type Error = std::convert::Infallible;
+
+        fn load(&mut self, db: &MatchDb) -> Result<(), Self::Error> {
+            self.loads += 1;
+            for (eye, code, v) in parts(self) {
+                *v = if code {
+                    db.codes(eye, 0..db.len()).to_vec()
+                } else {
+                    db.masks(eye, 0..db.len()).to_vec()
+                };
+            }
+            Ok(())
+        }
+
+        fn insert_gap(&mut self, row: usize) -> Result<(), Self::Error> {
+            for (_, code, v) in parts(self) {
+                let len = len_of(code);
+                v.splice(row * len..row * len, std::iter::repeat_n(0xdead, len));
+            }
+            Ok(())
+        }
+
+        fn remove(&mut self, row: usize) -> Result<(), Self::Error> {
+            for (_, code, v) in parts(self) {
+                let len = len_of(code);
+                v.drain(row * len..(row + 1) * len);
+            }
+            Ok(())
+        }
+
+        fn write(
+            &mut self,
+            row: usize,
+            db: &MatchDb,
+            from: Option<usize>,
+        ) -> Result<(), Self::Error> {
+            for (eye, code, v) in parts(self) {
+                let len = len_of(code);
+                let dst = &mut v[row * len..(row + 1) * len];
+                match (from, code) {
+                    (Some(f), true) => dst.copy_from_slice(db.code(eye, f)),
+                    (Some(f), false) => dst.copy_from_slice(db.mask(eye, f)),
+                    (None, _) => dst.fill(0),
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn random_shares(rng: &mut ChaCha20Rng) -> Box<PartyShares> {
+        let mut s = Box::new(PartyShares::zero());
+        for e in [&mut s.left, &mut s.right] {
+            for c in e.code.coefs_mut() {
+                *c = rng.next_u32() as u16;
+            }
+            for c in e.mask.coefs_mut() {
+                *c = rng.next_u32() as u16;
+            }
+        }
+        s
+    }
+
+    fn assert_equal(m: &Mirror<HostRows>, db: &MatchDb) {
+        assert_eq!(m.serial_ids, db.serial_ids());
+        for eye in 0..2 {
+            assert!(m.store.codes[eye] == db.codes(eye, 0..db.len()));
+            assert!(m.store.masks[eye] == db.masks(eye, 0..db.len()));
+        }
+    }
+
+    #[test]
+    fn replaying_the_log_keeps_the_mirror_equal_row_for_row() {
+        let mut rng = ChaCha20Rng::seed_from_u64(11);
+        let mut db = MatchDb::new();
+        let mut mirror = Mirror::new(HostRows::default());
+        mirror.sync(&db).expect("host");
+        for step in 0..12 {
+            // A burst of appends, out-of-order inserts, replacements and removals, some of
+            // them touching the same serial id twice, then one sync.
+            for _ in 0..6 {
+                let serial = rng.next_u32() as u64 % 40;
+                match rng.next_u32() % 4 {
+                    0 | 1 => {
+                        db.insert(serial, &random_shares(&mut rng));
+                    }
+                    2 => {
+                        if let Some(row) = db.row_of(serial) {
+                            db.replace(row, &random_shares(&mut rng));
+                        }
+                    }
+                    _ => {
+                        if let Some(row) = db.row_of(serial) {
+                            db.remove(row);
+                        }
+                    }
+                }
+            }
+            mirror.sync(&db).expect("host");
+            assert_equal(&mirror, &db);
+            assert_eq!(mirror.store.loads, 1, "step {step} reloaded in full");
+        }
+    }
+
+    #[test]
+    fn a_mirror_behind_the_log_or_of_another_database_reloads() {
+        let mut rng = ChaCha20Rng::seed_from_u64(12);
+        let shares = random_shares(&mut rng);
+        let mut db = MatchDb::new();
+        let mut mirror = Mirror::new(HostRows::default());
+        db.push(1, &shares);
+        mirror.sync(&db).expect("host");
+        for _ in 0..CHANGE_LOG + 1 {
+            db.replace(0, &shares);
+        }
+        mirror.sync(&db).expect("host");
+        assert_eq!(mirror.store.loads, 2);
+        assert_equal(&mirror, &db);
+
+        let mut other = MatchDb::new();
+        other.push(1, &random_shares(&mut rng));
+        mirror.sync(&other).expect("host");
+        assert_eq!(mirror.store.loads, 3);
+        assert_equal(&mirror, &other);
+    }
+}
