@@ -74,6 +74,14 @@ pub struct EvalContext<'a> {
 pub trait BatchEvaluator: Send + Sync + std::fmt::Debug + 'static {
     /// A short name for logs.
     fn name(&self) -> &'static str;
+    /// Called once the share database is loaded, before the first batch.
+    ///
+    /// # Errors
+    /// The evaluator cannot work on this database; the node does not start.
+    fn prepare(&self, db: &ShareDb) -> Result<(), String> {
+        let _ = db;
+        Ok(())
+    }
     /// One outcome per request, in order; matching sees the database as it was
     /// before the batch.
     ///

@@ -12,6 +12,8 @@ use sdk_orb::rotation::ROTATION_COUNT;
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{IrisTemplate, CODE_COEFS, MASK_COEFS};
 
+pub mod device;
+
 use crate::engine::{mac_peak, CpuEngine, DotEngine, Kernel};
 use crate::mpc::compare::{match_bits, or_blocks};
 use crate::mpc::local::{additive_u16, run_three};

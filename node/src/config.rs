@@ -90,7 +90,11 @@ pub struct MatchingConfig {
     pub chunk_entries: usize,
     /// Comparisons per pass, at most (bounds memory: about 100 bytes each).
     pub max_pass_comparisons: usize,
-    /// Threads of the dot-product engine; 0 = one per core.
+    /// The dot-product engine: `cpu`, or `gpu` (a build with the `gpu` feature).
+    pub engine: crate::engine::EngineKind,
+    /// CUDA device of the GPU engine.
+    pub gpu_device: usize,
+    /// Threads of the CPU engine; 0 = one per core.
     pub threads: usize,
     /// How long to wait for a peer's message within a protocol round, ms.
     pub round_timeout_ms: u64,
@@ -104,6 +108,8 @@ impl Default for MatchingConfig {
             privacy_max: false,
             chunk_entries: 4096,
             max_pass_comparisons: 1 << 20,
+            engine: crate::engine::EngineKind::Cpu,
+            gpu_device: 0,
             threads: 0,
             round_timeout_ms: 120_000,
         }
@@ -361,6 +367,15 @@ impl NodeConfig {
         }
         if self.matching.max_pass_comparisons < 62 {
             return bad("matching.max_pass_comparisons must be at least 62");
+        }
+        if self.matching.enabled
+            && self.matching.engine == crate::engine::EngineKind::Gpu
+            && !cfg!(feature = "gpu")
+        {
+            return Err(ConfigError::Invalid(format!(
+                "matching.engine = \"gpu\": {}",
+                crate::engine::GPU_NOT_BUILT
+            )));
         }
         if self.matching.enabled && self.keys.node_public_keys.is_none() {
             return bad("keys.node_public_keys is required when matching is enabled");

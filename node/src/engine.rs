@@ -26,6 +26,49 @@ use sdk_orb::{CODE_COEFS, MASK_COEFS};
 
 use crate::pipeline::MatchDb;
 
+/// Which dot-product engine a node or a benchmark runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// [`CpuEngine`].
+    #[default]
+    Cpu,
+    /// The GPU engine (a build with the `gpu` feature).
+    Gpu,
+}
+
+/// Builds an engine: the CPU engine on `threads` threads (0: one per core), or the GPU engine
+/// on CUDA device `gpu_device`.
+///
+/// # Errors
+/// The engine cannot run here; the message says why.
+pub fn build(
+    kind: EngineKind,
+    threads: usize,
+    gpu_device: usize,
+) -> Result<Box<dyn DotEngine>, String> {
+    match kind {
+        EngineKind::Cpu if threads == 0 => Ok(Box::new(CpuEngine::new())),
+        EngineKind::Cpu => Ok(Box::new(
+            CpuEngine::with(Kernel::detect(), threads)
+                .ok_or("cannot build the engine's threads")?,
+        )),
+        #[cfg(feature = "gpu")]
+        EngineKind::Gpu => Ok(Box::new(
+            GpuEngine::new(gpu_device).map_err(|e| format!("GPU engine: {e}"))?,
+        )),
+        #[cfg(not(feature = "gpu"))]
+        EngineKind::Gpu => {
+            let _ = gpu_device;
+            Err(GPU_NOT_BUILT.to_owned())
+        }
+    }
+}
+
+/// Why a build without the `gpu` feature has no GPU engine.
+pub const GPU_NOT_BUILT: &str =
+    "this build has no GPU engine: build with `cargo build --release -p ocelli-node --features gpu`";
+
 /// Which share vectors of an enrolled entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
@@ -57,6 +100,16 @@ pub trait DotEngine: Send + Sync {
     /// If a slice length is not a multiple of `len`, `len` is not a multiple of 64, or `out`
     /// has the wrong length.
     fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]);
+
+    /// Makes the engine ready to match against `db` (a resident copy loaded now, not at the
+    /// first batch).
+    ///
+    /// # Errors
+    /// The engine cannot hold the database.
+    fn prepare(&self, db: &MatchDb) -> Result<(), String> {
+        let _ = db;
+        Ok(())
+    }
 
     /// [`DotEngine::dot`] against rows `rows` of one eye's `part` in the enrolled database:
     /// `out[q * rows.len() + d]` for the `d`-th row of the range. An engine that keeps the

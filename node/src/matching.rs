@@ -19,7 +19,7 @@ use zeroize::Zeroizing;
 
 use crate::batch::{BatchEvaluator, EvalContext, EvalRequest, NotEvaluated, Outcome};
 use crate::config::NodeConfig;
-use crate::engine::{CpuEngine, DotEngine, Kernel};
+use crate::engine::DotEngine;
 use crate::ids::SerialId;
 use crate::links::MpcLink;
 use crate::mpc::network::ChannelTransport;
@@ -102,12 +102,7 @@ impl MpcEvaluator {
             ));
         }
         let m = &config.matching;
-        let kernel = Kernel::detect();
-        let engine: Box<dyn DotEngine> = if m.threads == 0 {
-            Box::new(CpuEngine::new())
-        } else {
-            Box::new(CpuEngine::with(kernel, m.threads).ok_or("cannot build the engine's threads")?)
-        };
+        let engine = crate::engine::build(m.engine, m.threads, m.gpu_device)?;
         let mut pipeline = PipelineConfig::with_threshold(m.threshold);
         pipeline.privacy_max = m.privacy_max;
         pipeline.chunk_entries = m.chunk_entries;
@@ -210,6 +205,10 @@ fn pipeline_role(r: &EvalRequest, db: &ShareDb) -> (Target, bool, bool) {
 impl BatchEvaluator for MpcEvaluator {
     fn name(&self) -> &'static str {
         "mpc"
+    }
+
+    fn prepare(&self, db: &ShareDb) -> Result<(), String> {
+        self.engine.prepare(db.rows())
     }
 
     fn evaluate(

@@ -104,6 +104,7 @@ impl NodeState {
         let metrics = Metrics::new(party);
 
         let shares = load_shares(store.as_ref(), &metrics)?;
+        evaluator.prepare(&shares).map_err(StartError::Other)?;
         let mut queue = PendingQueue::default();
         let pending = store.pending_requests()?;
         for (id, rec) in &pending {

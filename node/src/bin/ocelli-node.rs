@@ -89,12 +89,23 @@ enum Command {
     /// Measure the matching pipeline: dot products, comparisons, the whole
     /// pipeline, a plaintext matcher and the multiply-add peak, in one run.
     Bench {
-        /// Enrolled people in the run.
-        #[arg(long, default_value_t = 2048)]
-        db: usize,
-        /// Queries (people) per batch.
-        #[arg(long, default_value_t = 4)]
-        queries: usize,
+        /// Enrolled people in the run [default: 2048 on the CPU, 100000 on the GPU].
+        #[arg(long)]
+        db: Option<usize>,
+        /// Queries (people) per batch [default: 4 on the CPU, 32 on the GPU].
+        #[arg(long)]
+        queries: Option<usize>,
+        /// The dot-product engine. `gpu` runs the three parties on one GPU, each with its
+        /// own engine and resident database (a build with the `gpu` feature).
+        #[arg(long, value_enum, default_value = "cpu")]
+        engine: ocelli_node::engine::EngineKind,
+        /// CUDA device for `--engine gpu`.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Enrolled people in the GPU whole-pipeline run, whose comparison phase runs on
+        /// the host's CPU threads.
+        #[arg(long, default_value_t = 20_000)]
+        pipeline_db: usize,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -288,28 +299,46 @@ fn main() -> ExitCode {
             serial_id,
             or_policy,
         } => run_async(submit(dir, left, right, request_type, serial_id, or_policy)),
-        Command::Bench { db, queries, json } => {
-            let config = ocelli_node::bench::BenchConfig {
-                db_entries: db,
-                queries,
-            };
-            let report = ocelli_node::bench::run(config, |what| {
+        Command::Bench {
+            db,
+            queries,
+            engine,
+            device,
+            pipeline_db,
+            json,
+        } => {
+            let progress = |what: &str| {
                 if !json {
                     eprintln!("measuring: {what}");
                 }
-            });
-            if json {
-                match serde_json::to_string(&report) {
-                    Ok(s) => println!("{s}"),
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::FAILURE;
-                    }
+            };
+            let printed = match engine {
+                ocelli_node::engine::EngineKind::Cpu => {
+                    let config = ocelli_node::bench::BenchConfig {
+                        db_entries: db.unwrap_or(2048),
+                        queries: queries.unwrap_or(4),
+                    };
+                    print_report(&ocelli_node::bench::run(config, progress), json)
                 }
-            } else {
-                println!("{report}");
+                ocelli_node::engine::EngineKind::Gpu => {
+                    let config = ocelli_node::bench::device::DeviceBenchConfig {
+                        db_entries: db.unwrap_or(100_000),
+                        pipeline_entries: pipeline_db,
+                        queries: queries.unwrap_or(32),
+                        compare_comparisons: 1 << 22,
+                        max_pass_comparisons: 1 << 24,
+                    };
+                    gpu_bench(config, device, progress)
+                        .and_then(|report| print_report(&report, json))
+                }
+            };
+            match printed {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            ExitCode::SUCCESS
         }
         Command::Serve { config, json_logs } => {
             init_logging(json_logs);
@@ -397,4 +426,37 @@ async fn serve(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
     let state = tokio::task::spawn_blocking(move || NodeState::open(cfg, evaluator)).await??;
     server::run(state, listeners, shutdown_signal()).await?;
     Ok(())
+}
+
+fn print_report<R: serde::Serialize + std::fmt::Display>(
+    report: &R,
+    json: bool,
+) -> Result<(), String> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(report).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!("{report}");
+    }
+    Ok(())
+}
+
+#[cfg(feature = "gpu")]
+fn gpu_bench(
+    config: ocelli_node::bench::device::DeviceBenchConfig,
+    device: usize,
+    progress: impl FnMut(&str),
+) -> Result<ocelli_node::bench::device::DeviceBenchReport, String> {
+    ocelli_node::bench::device::run_gpu(config, device, progress)
+}
+
+#[cfg(not(feature = "gpu"))]
+fn gpu_bench(
+    _config: ocelli_node::bench::device::DeviceBenchConfig,
+    _device: usize,
+    _progress: impl FnMut(&str),
+) -> Result<ocelli_node::bench::device::DeviceBenchReport, String> {
+    Err(ocelli_node::engine::GPU_NOT_BUILT.to_owned())
 }

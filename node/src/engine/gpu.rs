@@ -407,6 +407,62 @@ struct State {
     scratch: Scratch,
 }
 
+/// `C = A^T B + beta C` in column-major storage: `A` is `k x m` (one database vector per
+/// column), op T makes it `m x k`; `B` is `k x n` (one query per column); `C` is `m x n`, i32.
+fn int8_gemm(
+    blas: &CudaBlas,
+    (m, n, k): (usize, usize, usize),
+    (a, b, c): (u64, u64, u64),
+    beta: i32,
+) -> Result<(), CublasError> {
+    let alpha = 1i32;
+    // SAFETY: callers pass live device allocations of at least these sizes on the handle's
+    // stream; alpha and beta are host i32 scalars, as CUBLAS_COMPUTE_32I requires in the
+    // default pointer mode.
+    unsafe {
+        gemm_ex(
+            *blas.handle(),
+            cublasOperation_t::CUBLAS_OP_T,
+            cublasOperation_t::CUBLAS_OP_N,
+            m as i32,
+            n as i32,
+            k as i32,
+            (&alpha as *const i32).cast::<c_void>(),
+            a as *const c_void,
+            cudaDataType::CUDA_R_8I,
+            k as i32,
+            b as *const c_void,
+            cudaDataType::CUDA_R_8I,
+            k as i32,
+            (&beta as *const i32).cast::<c_void>(),
+            c as *mut c_void,
+            cudaDataType::CUDA_R_32I,
+            m as i32,
+            cublasComputeType_t::CUBLAS_COMPUTE_32I,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+}
+
+/// Dense int8 tensor operations per second from NVIDIA's data sheets, by device name.
+pub fn int8_dense_peak(name: &str) -> Option<f64> {
+    let name = name.to_ascii_uppercase();
+    let tops = if name.contains("H200") {
+        1979.0
+    } else if name.contains("H100") && name.contains("PCIE") {
+        1513.0
+    } else if name.contains("H100") && name.contains("NVL") {
+        1671.0
+    } else if name.contains("H100") {
+        1979.0
+    } else if name.contains("A100") {
+        624.0
+    } else {
+        return None;
+    };
+    Some(tops * 1e12)
+}
+
 /// The GPU dot-product engine on one device.
 pub struct GpuEngine {
     name: String,
@@ -505,6 +561,46 @@ impl GpuEngine {
         Ok(state.mirror.sync(db)?)
     }
 
+    /// Int8 operations per second (two per multiply-add) the engine's GEMM calls sustain on
+    /// `m x k` by `k x n` operands already on the device: the three GEMMs of a product block,
+    /// `repeats` times, without transfers or the combine kernel.
+    ///
+    /// # Errors
+    /// A device allocation or cuBLAS call failed.
+    pub fn gemm_ops_per_second(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        repeats: usize,
+    ) -> Result<f64, GpuError> {
+        self.ctx.bind_to_thread()?;
+        let (m, n) = (round_up(m, PAD), round_up(n, PAD));
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let stream = &self.stream;
+        let a: CudaSlice<i8> = stream.clone_htod(&vec![3i8; m * k])?;
+        let b: CudaSlice<i8> = stream.clone_htod(&vec![-5i8; n * k])?;
+        let mut c: CudaSlice<i32> = stream.alloc_zeros(m * n)?;
+        let run = |c: &mut CudaSlice<i32>| -> Result<(), GpuError> {
+            let (pa, _ra) = a.device_ptr(stream);
+            let (pb, _rb) = b.device_ptr(stream);
+            let (pc, _rc) = c.device_ptr_mut(stream);
+            for beta in [0i32, 0, 1] {
+                int8_gemm(&state.blas, (m, n, k), (pa, pb, pc), beta)?;
+            }
+            Ok(())
+        };
+        run(&mut c)?;
+        stream.synchronize()?;
+        let started = std::time::Instant::now();
+        for _ in 0..repeats {
+            run(&mut c)?;
+        }
+        stream.synchronize()?;
+        let seconds = started.elapsed().as_secs_f64();
+        Ok((3 * repeats * 2 * m * n * k) as f64 / seconds)
+    }
+
     /// `out = db^T q` for `ops`, the queries staged in `q`.
     fn product(
         &self,
@@ -538,40 +634,10 @@ impl GpuEngine {
             let (b_hi, _b_hi) = views.3.device_ptr(stream);
             let (ll, _ll) = outputs.ll.device_ptr_mut(stream);
             let (cross, _cross) = outputs.cross.device_ptr_mut(stream);
-            // Column-major: the database block is `len x m_pad` (one row per column), op T
-            // makes it `m_pad x len`; queries are `len x n_pad`; C is `m_pad x n_pad`.
-            let gemm = |a: u64, b: u64, c: u64, beta: i32| -> Result<(), CublasError> {
-                let alpha = 1i32;
-                // SAFETY: the pointers are live device allocations of the sizes asserted
-                // above, on the handle's stream; alpha and beta are host i32 scalars, as
-                // CUBLAS_COMPUTE_32I requires in the default pointer mode.
-                unsafe {
-                    gemm_ex(
-                        *blas.handle(),
-                        cublasOperation_t::CUBLAS_OP_T,
-                        cublasOperation_t::CUBLAS_OP_N,
-                        m_pad as i32,
-                        n_pad as i32,
-                        len as i32,
-                        (&alpha as *const i32).cast::<c_void>(),
-                        a as *const c_void,
-                        cudaDataType::CUDA_R_8I,
-                        len as i32,
-                        b as *const c_void,
-                        cudaDataType::CUDA_R_8I,
-                        len as i32,
-                        (&beta as *const i32).cast::<c_void>(),
-                        c as *mut c_void,
-                        cudaDataType::CUDA_R_32I,
-                        m_pad as i32,
-                        cublasComputeType_t::CUBLAS_COMPUTE_32I,
-                        cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                    )
-                }
-            };
-            gemm(a_lo, b_lo, ll, 0)?;
-            gemm(a_lo, b_hi, cross, 0)?;
-            gemm(a_hi, b_lo, cross, 1)?;
+            let shape = (m_pad, n_pad, len);
+            int8_gemm(blas, shape, (a_lo, b_lo, ll), 0)?;
+            int8_gemm(blas, shape, (a_lo, b_hi, cross), 0)?;
+            int8_gemm(blas, shape, (a_hi, b_lo, cross), 1)?;
         }
         let c_db = ops.db.corrections.slice(ops.first..ops.first + m);
         let (m32, m_pad32, n32) = (m as u32, m_pad as u32, n as u32);
@@ -620,6 +686,18 @@ impl GpuEngine {
 impl DotEngine for GpuEngine {
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn prepare(&self, db: &MatchDb) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        self.sync(db).map_err(|e| format!("{}: {e}", self.name))?;
+        tracing::info!(
+            engine = %self.name,
+            entries = db.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "enrolled shares resident on the GPU"
+        );
+        Ok(())
     }
 
     fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
