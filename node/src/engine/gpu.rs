@@ -70,13 +70,15 @@ fn round_up(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
-/// Reallocates `buf` (contents lost) when it holds fewer than `n` elements.
+/// Reallocates `buf` (contents lost) when it holds fewer than `n` elements. Every buffer here
+/// holds shares or products of shares: the old one is zeroed before it is freed.
 fn ensure<T: DeviceRepr + ValidAsZeroBits>(
     stream: &Arc<CudaStream>,
     buf: &mut CudaSlice<T>,
     n: usize,
 ) -> Result<(), DriverError> {
     if buf.len() < n {
+        stream.memset_zeros(buf)?;
         *buf = stream.alloc_zeros(round_up(n, 1 << 20))?;
     }
     Ok(())
@@ -153,6 +155,13 @@ impl Plane {
             &split.corrections,
             &mut self.corrections.slice_mut(row..row + n),
         )
+    }
+
+    /// Zeroes the whole allocation.
+    fn wipe(&mut self, stream: &Arc<CudaStream>) -> Result<(), DriverError> {
+        stream.memset_zeros(&mut self.lo)?;
+        stream.memset_zeros(&mut self.hi)?;
+        stream.memset_zeros(&mut self.corrections)
     }
 
     fn zero_rows(
@@ -255,7 +264,7 @@ impl DeviceDb {
                 &mut grown.corrections.slice_mut(0..self.rows),
             )?;
             // The old allocation is freed on drop; zero it first, shares must not linger.
-            plane.zero_rows(&self.stream, 0..plane.capacity())?;
+            plane.wipe(&self.stream)?;
             *plane = grown;
         }
         Ok(())
@@ -289,6 +298,16 @@ impl DeviceDb {
             )?;
         }
         Ok(())
+    }
+}
+
+impl Drop for DeviceDb {
+    fn drop(&mut self) {
+        // Best effort: a failing device cannot be zeroed, and its memory goes with it.
+        for plane in &mut self.planes {
+            let _ = plane.wipe(&self.stream);
+        }
+        let _ = self.stream.synchronize();
     }
 }
 
@@ -391,6 +410,7 @@ fn stage(
 ) -> Result<(), DriverError> {
     plane.len = len;
     if plane.capacity() < rows_pad {
+        plane.wipe(stream)?;
         *plane = Plane::new(stream, len, round_up(rows_pad, 256))?;
     }
     let rows = vectors.len() / len;
@@ -405,6 +425,19 @@ struct State {
     blas: CudaBlas,
     mirror: Mirror<DeviceDb>,
     scratch: Scratch,
+    stream: Arc<CudaStream>,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        let (s, stream) = (&mut self.scratch, &self.stream);
+        let _ = s.q.wipe(stream);
+        let _ = s.d.wipe(stream);
+        let _ = stream.memset_zeros(&mut s.outputs.ll);
+        let _ = stream.memset_zeros(&mut s.outputs.cross);
+        let _ = stream.memset_zeros(&mut s.outputs.out);
+        let _ = stream.synchronize();
+    }
 }
 
 /// `C = A^T B + beta C` in column-major storage: `A` is `k x m` (one database vector per
@@ -532,6 +565,7 @@ impl GpuEngine {
             blas,
             mirror: Mirror::new(DeviceDb::new(stream.clone())?),
             scratch: Scratch::new(&stream)?,
+            stream: stream.clone(),
         };
         Ok(GpuEngine {
             name,
