@@ -92,8 +92,8 @@ pub struct MatchingConfig {
     pub max_pass_comparisons: usize,
     /// The dot-product engine: `cpu`, or `gpu` (a build with the `gpu` feature).
     pub engine: crate::engine::EngineKind,
-    /// CUDA device of the GPU engine.
-    pub gpu_device: usize,
+    /// CUDA devices of the GPU engine; several hold contiguous shards of the database.
+    pub gpu_devices: Vec<usize>,
     /// Threads of the CPU engine; 0 = one per core.
     pub threads: usize,
     /// How long to wait for a peer's message within a protocol round, ms.
@@ -109,7 +109,7 @@ impl Default for MatchingConfig {
             chunk_entries: 4096,
             max_pass_comparisons: 1 << 20,
             engine: crate::engine::EngineKind::Cpu,
-            gpu_device: 0,
+            gpu_devices: vec![0],
             threads: 0,
             round_timeout_ms: 120_000,
         }
@@ -376,6 +376,9 @@ impl NodeConfig {
                 "matching.engine = \"gpu\": {}",
                 crate::engine::GPU_NOT_BUILT
             )));
+        }
+        if self.matching.gpu_devices.is_empty() {
+            return bad("matching.gpu_devices must list at least one device");
         }
         if self.matching.enabled && self.keys.node_public_keys.is_none() {
             return bad("keys.node_public_keys is required when matching is enabled");

@@ -38,14 +38,14 @@ pub enum EngineKind {
 }
 
 /// Builds an engine: the CPU engine on `threads` threads (0: one per core), or the GPU engine
-/// on CUDA device `gpu_device`.
+/// on CUDA devices `gpu_devices` (the database sharded across them).
 ///
 /// # Errors
 /// The engine cannot run here; the message says why.
 pub fn build(
     kind: EngineKind,
     threads: usize,
-    gpu_device: usize,
+    gpu_devices: &[usize],
 ) -> Result<Box<dyn DotEngine>, String> {
     match kind {
         EngineKind::Cpu if threads == 0 => Ok(Box::new(CpuEngine::new())),
@@ -55,11 +55,11 @@ pub fn build(
         )),
         #[cfg(feature = "gpu")]
         EngineKind::Gpu => Ok(Box::new(
-            GpuEngine::new(gpu_device).map_err(|e| format!("GPU engine: {e}"))?,
+            GpuEngine::with_devices(gpu_devices).map_err(|e| format!("GPU engine: {e}"))?,
         )),
         #[cfg(not(feature = "gpu"))]
         EngineKind::Gpu => {
-            let _ = gpu_device;
+            let _ = gpu_devices;
             Err(GPU_NOT_BUILT.to_owned())
         }
     }

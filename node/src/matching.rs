@@ -102,7 +102,7 @@ impl MpcEvaluator {
             ));
         }
         let m = &config.matching;
-        let engine = crate::engine::build(m.engine, m.threads, m.gpu_device)?;
+        let engine = crate::engine::build(m.engine, m.threads, &m.gpu_devices)?;
         let mut pipeline = PipelineConfig::with_threshold(m.threshold);
         pipeline.privacy_max = m.privacy_max;
         pipeline.chunk_entries = m.chunk_entries;

@@ -262,18 +262,19 @@ pub fn run(
     })
 }
 
-/// The GPU run: three engines on device `device`, the GEMM probe, the data-sheet peak.
+/// The GPU run: three engines (one per party) sharding their databases over `devices`, the
+/// GEMM probe, the data-sheet peak of the first device.
 ///
 /// # Errors
 /// No usable GPU (the message says why), or a phase failed.
 #[cfg(feature = "gpu")]
 pub fn run_gpu(
     config: DeviceBenchConfig,
-    device: usize,
+    devices: &[usize],
     mut progress: impl FnMut(&str),
 ) -> Result<DeviceBenchReport, String> {
     use crate::engine::gpu::{int8_dense_peak, GpuEngine};
-    let engine = |_| GpuEngine::new(device).map_err(|e| e.to_string());
+    let engine = |_| GpuEngine::with_devices(devices).map_err(|e| e.to_string());
     let engines = [engine(0)?, engine(1)?, engine(2)?];
     progress("int8 GEMM probe");
     let gemm_ops = engines[0]

@@ -99,9 +99,10 @@ enum Command {
         /// own engine and resident database (a build with the `gpu` feature).
         #[arg(long, value_enum, default_value = "cpu")]
         engine: ocelli_node::engine::EngineKind,
-        /// CUDA device for `--engine gpu`.
-        #[arg(long, default_value_t = 0)]
-        device: usize,
+        /// CUDA devices for `--engine gpu`, comma-separated; each party's database is sharded
+        /// across them.
+        #[arg(long, value_delimiter = ',', default_value = "0")]
+        devices: Vec<usize>,
         /// Enrolled people in the GPU whole-pipeline run, whose comparison phase runs on
         /// the host's CPU threads.
         #[arg(long, default_value_t = 20_000)]
@@ -303,7 +304,7 @@ fn main() -> ExitCode {
             db,
             queries,
             engine,
-            device,
+            devices,
             pipeline_db,
             json,
         } => {
@@ -328,7 +329,7 @@ fn main() -> ExitCode {
                         compare_comparisons: 1 << 22,
                         max_pass_comparisons: 1 << 24,
                     };
-                    gpu_bench(config, device, progress)
+                    gpu_bench(config, &devices, progress)
                         .and_then(|report| print_report(&report, json))
                 }
             };
@@ -446,16 +447,16 @@ fn print_report<R: serde::Serialize + std::fmt::Display>(
 #[cfg(feature = "gpu")]
 fn gpu_bench(
     config: ocelli_node::bench::device::DeviceBenchConfig,
-    device: usize,
+    devices: &[usize],
     progress: impl FnMut(&str),
 ) -> Result<ocelli_node::bench::device::DeviceBenchReport, String> {
-    ocelli_node::bench::device::run_gpu(config, device, progress)
+    ocelli_node::bench::device::run_gpu(config, devices, progress)
 }
 
 #[cfg(not(feature = "gpu"))]
 fn gpu_bench(
     _config: ocelli_node::bench::device::DeviceBenchConfig,
-    _device: usize,
+    _devices: &[usize],
     _progress: impl FnMut(&str),
 ) -> Result<ocelli_node::bench::device::DeviceBenchReport, String> {
     Err(ocelli_node::engine::GPU_NOT_BUILT.to_owned())

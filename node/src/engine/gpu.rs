@@ -23,7 +23,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::CompileError;
 use zeroize::Zeroize;
 
-use super::mirror::{Mirror, RowStore};
+use super::mirror::{Mirror, RowStore, Sharded};
 use super::split::{length_term, split_bytes, KERNELS_CU};
 use super::{DotEngine, Part};
 use crate::pipeline::MatchDb;
@@ -314,25 +314,30 @@ impl Drop for DeviceDb {
 impl RowStore for DeviceDb {
     type Error = DriverError;
 
-    fn load(&mut self, db: &MatchDb) -> Result<(), DriverError> {
+    fn load(&mut self, db: &MatchDb, rows: core::ops::Range<usize>) -> Result<(), DriverError> {
         if self.rows > 0 {
             for plane in &mut self.planes {
                 plane.zero_rows(&self.stream, 0..self.rows)?;
             }
         }
         self.rows = 0;
-        self.reserve(db.len())?;
-        for start in (0..db.len()).step_by(LOAD_CHUNK) {
-            let end = (start + LOAD_CHUNK).min(db.len());
+        self.reserve(rows.len())?;
+        for start in rows.clone().step_by(LOAD_CHUNK) {
+            let end = (start + LOAD_CHUNK).min(rows.end);
             for eye in 0..2 {
                 for part in [Part::Code, Part::Mask] {
                     let split = Split::of(db_vectors(db, eye, part, start..end), part.coefs());
-                    self.planes[plane_index(eye, part)].upload(&self.stream, start, &split)?;
+                    let plane = &mut self.planes[plane_index(eye, part)];
+                    plane.upload(&self.stream, start - rows.start, &split)?;
                 }
             }
         }
-        self.rows = db.len();
+        self.rows = rows.len();
         self.stream.synchronize()
+    }
+
+    fn rows(&self) -> usize {
+        self.rows
     }
 
     fn insert_gap(&mut self, row: usize) -> Result<(), DriverError> {
@@ -421,25 +426,6 @@ fn stage(
     Ok(())
 }
 
-struct State {
-    blas: CudaBlas,
-    mirror: Mirror<DeviceDb>,
-    scratch: Scratch,
-    stream: Arc<CudaStream>,
-}
-
-impl Drop for State {
-    fn drop(&mut self) {
-        let (s, stream) = (&mut self.scratch, &self.stream);
-        let _ = s.q.wipe(stream);
-        let _ = s.d.wipe(stream);
-        let _ = stream.memset_zeros(&mut s.outputs.ll);
-        let _ = stream.memset_zeros(&mut s.outputs.cross);
-        let _ = stream.memset_zeros(&mut s.outputs.out);
-        let _ = stream.synchronize();
-    }
-}
-
 /// `C = A^T B + beta C` in column-major storage: `A` is `k x m` (one database vector per
 /// column), op T makes it `m x k`; `B` is `k x n` (one query per column); `C` is `m x n`, i32.
 fn int8_gemm(
@@ -496,12 +482,161 @@ pub fn int8_dense_peak(name: &str) -> Option<f64> {
     Some(tops * 1e12)
 }
 
-/// The GPU dot-product engine on one device.
-pub struct GpuEngine {
-    name: String,
+/// One device: its context, stream, kernel, cuBLAS handle and scratch buffers.
+struct Device {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     combine: CudaFunction,
+    blas: CudaBlas,
+    scratch: Scratch,
+}
+
+impl Device {
+    fn new(ordinal: usize) -> Result<Device, GpuError> {
+        let ctx = CudaContext::new(ordinal)?;
+        let stream = ctx.new_stream()?;
+        let ptx = cudarc::nvrtc::compile_ptx(KERNELS_CU)?;
+        let combine = ctx.load_module(ptx)?.load_function("combine")?;
+        let blas = CudaBlas::new(stream.clone())?;
+        let scratch = Scratch::new(&stream)?;
+        Ok(Device {
+            ctx,
+            stream,
+            combine,
+            blas,
+            scratch,
+        })
+    }
+
+    /// `out = db^T q`: rows `first..first + m` of `db` against `queries` (host vectors of
+    /// `db.len`), `out` row-major `n x m`.
+    fn product(
+        &mut self,
+        queries: &[u16],
+        db: Option<&Plane>,
+        first: usize,
+        m: usize,
+        out: &mut [u16],
+    ) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread()?;
+        let stream = &self.stream;
+        let Scratch { q, d, outputs } = &mut self.scratch;
+        let db = db.unwrap_or(d);
+        let len = db.len;
+        let n = queries.len() / len;
+        let (m_pad, n_pad) = (round_up(m, PAD), round_up(n, PAD));
+        stage(stream, q, queries, len, n_pad)?;
+        assert_eq!(out.len(), m * n);
+        assert!(first + m_pad <= db.capacity() && n_pad <= q.capacity());
+        ensure(stream, &mut outputs.ll, m_pad * n_pad)?;
+        ensure(stream, &mut outputs.cross, m_pad * n_pad)?;
+        ensure(stream, &mut outputs.out, m * n)?;
+        let a = first * len..(first + m_pad) * len;
+        let b = 0..n_pad * len;
+        {
+            let views = (
+                db.lo.slice(a.clone()),
+                db.hi.slice(a),
+                q.lo.slice(b.clone()),
+                q.hi.slice(b),
+            );
+            let (a_lo, _a_lo) = views.0.device_ptr(stream);
+            let (a_hi, _a_hi) = views.1.device_ptr(stream);
+            let (b_lo, _b_lo) = views.2.device_ptr(stream);
+            let (b_hi, _b_hi) = views.3.device_ptr(stream);
+            let (ll, _ll) = outputs.ll.device_ptr_mut(stream);
+            let (cross, _cross) = outputs.cross.device_ptr_mut(stream);
+            let shape = (m_pad, n_pad, len);
+            int8_gemm(&self.blas, shape, (a_lo, b_lo, ll), 0)?;
+            int8_gemm(&self.blas, shape, (a_lo, b_hi, cross), 0)?;
+            int8_gemm(&self.blas, shape, (a_hi, b_lo, cross), 1)?;
+        }
+        let c_db = db.corrections.slice(first..first + m);
+        let (m32, m_pad32, n32) = (m as u32, m_pad as u32, n as u32);
+        let length = u32::from(length_term(len));
+        let config = LaunchConfig {
+            grid_dim: (m32.div_ceil(256), n32.min(65_535), 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.combine);
+        launch
+            .arg(&outputs.ll)
+            .arg(&outputs.cross)
+            .arg(&c_db)
+            .arg(&q.corrections)
+            .arg(&mut outputs.out)
+            .arg(&m32)
+            .arg(&m_pad32)
+            .arg(&n32)
+            .arg(&length);
+        // SAFETY: the argument list matches `combine`'s signature in KERNELS_CU; every index
+        // the kernel forms is below the sizes ensured above.
+        unsafe { launch.launch(config) }?;
+        stream.memcpy_dtoh(&outputs.out.slice(0..m * n), out)?;
+        stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Int8 operations per second of the three GEMM calls on resident `m x k` by `k x n`
+    /// operands, `repeats` times, without transfers or the combine kernel.
+    fn gemm_ops_per_second(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        repeats: usize,
+    ) -> Result<f64, GpuError> {
+        self.ctx.bind_to_thread()?;
+        let (m, n) = (round_up(m, PAD), round_up(n, PAD));
+        let stream = &self.stream;
+        let a: CudaSlice<i8> = stream.clone_htod(&vec![3i8; m * k])?;
+        let b: CudaSlice<i8> = stream.clone_htod(&vec![-5i8; n * k])?;
+        let mut c: CudaSlice<i32> = stream.alloc_zeros(m * n)?;
+        let run = |c: &mut CudaSlice<i32>| -> Result<(), GpuError> {
+            let (pa, _ra) = a.device_ptr(stream);
+            let (pb, _rb) = b.device_ptr(stream);
+            let (pc, _rc) = c.device_ptr_mut(stream);
+            for beta in [0i32, 0, 1] {
+                int8_gemm(&self.blas, (m, n, k), (pa, pb, pc), beta)?;
+            }
+            Ok(())
+        };
+        run(&mut c)?;
+        stream.synchronize()?;
+        let started = std::time::Instant::now();
+        for _ in 0..repeats {
+            run(&mut c)?;
+        }
+        stream.synchronize()?;
+        let seconds = started.elapsed().as_secs_f64();
+        Ok((3 * repeats * 2 * m * n * k) as f64 / seconds)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Best effort, as for the database: scratch holds query shares and products.
+        let (s, stream) = (&mut self.scratch, &self.stream);
+        let _ = s.q.wipe(stream);
+        let _ = s.d.wipe(stream);
+        let _ = stream.memset_zeros(&mut s.outputs.ll);
+        let _ = stream.memset_zeros(&mut s.outputs.cross);
+        let _ = stream.memset_zeros(&mut s.outputs.out);
+        let _ = stream.synchronize();
+    }
+}
+
+struct State {
+    /// One per shard of the database, in shard order.
+    devices: Vec<Device>,
+    mirror: Mirror<Sharded<DeviceDb>>,
+}
+
+/// The GPU dot-product engine: one device, or several holding contiguous shards of the
+/// enrolled database (rows in the [`MatchDb`]'s order across them). Each device computes its
+/// shard's block of a product; the host places the blocks, which it receives anyway, so the
+/// devices have nothing to combine among themselves.
+pub struct GpuEngine {
+    name: String,
     state: Mutex<State>,
 }
 
@@ -511,17 +646,6 @@ impl core::fmt::Debug for GpuEngine {
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
-}
-
-/// Where the operands of one product block live.
-struct Operands<'a> {
-    db: &'a Plane,
-    /// First database row of the block.
-    first: usize,
-    /// Database rows, and rows rounded up to [`PAD`].
-    m: usize,
-    /// Queries.
-    n: usize,
 }
 
 impl GpuEngine {
@@ -553,35 +677,48 @@ impl GpuEngine {
     /// # Errors
     /// See [`GpuEngine::probe`]; also a failed kernel compilation or allocation.
     pub fn new(ordinal: usize) -> Result<GpuEngine, GpuError> {
-        Self::probe(ordinal)?;
-        let ctx = CudaContext::new(ordinal)?;
-        let stream = ctx.new_stream()?;
-        let ptx = cudarc::nvrtc::compile_ptx(KERNELS_CU)?;
-        let combine = ctx.load_module(ptx)?.load_function("combine")?;
-        let blas = CudaBlas::new(stream.clone())?;
+        Self::with_devices(&[ordinal])
+    }
+
+    /// An engine sharding the database over `ordinals`, one shard per entry (an ordinal may
+    /// repeat: two shards on one device).
+    ///
+    /// # Errors
+    /// As [`GpuEngine::new`], for any of the devices.
+    ///
+    /// # Panics
+    /// If `ordinals` is empty.
+    pub fn with_devices(ordinals: &[usize]) -> Result<GpuEngine, GpuError> {
+        assert!(!ordinals.is_empty());
+        let mut devices = Vec::new();
+        let mut shards = Vec::new();
+        for &ordinal in ordinals {
+            Self::probe(ordinal)?;
+            let device = Device::new(ordinal)?;
+            shards.push(DeviceDb::new(device.stream.clone())?);
+            devices.push(device);
+        }
+        let ctx = &devices[0].ctx;
         let (major, minor) = ctx.compute_capability()?;
-        let name = format!("gpu:{ordinal} {} (sm_{major}{minor})", ctx.name()?);
+        let list: Vec<String> = ordinals.iter().map(usize::to_string).collect();
+        let name = format!("gpu:{} {} (sm_{major}{minor})", list.join(","), ctx.name()?);
         let state = State {
-            blas,
-            mirror: Mirror::new(DeviceDb::new(stream.clone())?),
-            scratch: Scratch::new(&stream)?,
-            stream: stream.clone(),
+            devices,
+            mirror: Mirror::new(Sharded::new(shards)),
         };
         Ok(GpuEngine {
             name,
-            ctx,
-            stream,
-            combine,
             state: Mutex::new(state),
         })
     }
 
-    /// The device's name as the driver reports it.
+    /// The first device's name as the driver reports it.
     ///
     /// # Errors
     /// The driver call failed.
     pub fn device_name(&self) -> Result<String, GpuError> {
-        Ok(self.ctx.name()?)
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(state.devices[0].ctx.name()?)
     }
 
     /// Brings the resident database to `db` now (at start, after loading the store), rather
@@ -590,14 +727,13 @@ impl GpuEngine {
     /// # Errors
     /// A device allocation or copy failed.
     pub fn sync(&self, db: &MatchDb) -> Result<(), GpuError> {
-        self.ctx.bind_to_thread()?;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         Ok(state.mirror.sync(db)?)
     }
 
     /// Int8 operations per second (two per multiply-add) the engine's GEMM calls sustain on
-    /// `m x k` by `k x n` operands already on the device: the three GEMMs of a product block,
-    /// `repeats` times, without transfers or the combine kernel.
+    /// the first device, on `m x k` by `k x n` operands already there: the three GEMMs of a
+    /// product block, `repeats` times, without transfers or the combine kernel.
     ///
     /// # Errors
     /// A device allocation or cuBLAS call failed.
@@ -608,110 +744,15 @@ impl GpuEngine {
         k: usize,
         repeats: usize,
     ) -> Result<f64, GpuError> {
-        self.ctx.bind_to_thread()?;
-        let (m, n) = (round_up(m, PAD), round_up(n, PAD));
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let stream = &self.stream;
-        let a: CudaSlice<i8> = stream.clone_htod(&vec![3i8; m * k])?;
-        let b: CudaSlice<i8> = stream.clone_htod(&vec![-5i8; n * k])?;
-        let mut c: CudaSlice<i32> = stream.alloc_zeros(m * n)?;
-        let run = |c: &mut CudaSlice<i32>| -> Result<(), GpuError> {
-            let (pa, _ra) = a.device_ptr(stream);
-            let (pb, _rb) = b.device_ptr(stream);
-            let (pc, _rc) = c.device_ptr_mut(stream);
-            for beta in [0i32, 0, 1] {
-                int8_gemm(&state.blas, (m, n, k), (pa, pb, pc), beta)?;
-            }
-            Ok(())
-        };
-        run(&mut c)?;
-        stream.synchronize()?;
-        let started = std::time::Instant::now();
-        for _ in 0..repeats {
-            run(&mut c)?;
-        }
-        stream.synchronize()?;
-        let seconds = started.elapsed().as_secs_f64();
-        Ok((3 * repeats * 2 * m * n * k) as f64 / seconds)
-    }
-
-    /// `out = db^T q` for `ops`, the queries staged in `q`.
-    fn product(
-        &self,
-        blas: &CudaBlas,
-        q: &Plane,
-        outputs: &mut Outputs,
-        ops: &Operands<'_>,
-        out: &mut [u16],
-    ) -> Result<(), GpuError> {
-        let (m, n, len) = (ops.m, ops.n, ops.db.len);
-        let (m_pad, n_pad) = (round_up(m, PAD), round_up(n, PAD));
-        assert_eq!(out.len(), m * n);
-        assert!(ops.first + m_pad <= ops.db.capacity() && n_pad <= q.capacity());
-        assert!(ops.db.len == len && q.len == len);
-        let stream = &self.stream;
-        ensure(stream, &mut outputs.ll, m_pad * n_pad)?;
-        ensure(stream, &mut outputs.cross, m_pad * n_pad)?;
-        ensure(stream, &mut outputs.out, m * n)?;
-        let a = ops.first * len..(ops.first + m_pad) * len;
-        let b = 0..n_pad * len;
-        {
-            let views = (
-                ops.db.lo.slice(a.clone()),
-                ops.db.hi.slice(a),
-                q.lo.slice(b.clone()),
-                q.hi.slice(b),
-            );
-            let (a_lo, _a_lo) = views.0.device_ptr(stream);
-            let (a_hi, _a_hi) = views.1.device_ptr(stream);
-            let (b_lo, _b_lo) = views.2.device_ptr(stream);
-            let (b_hi, _b_hi) = views.3.device_ptr(stream);
-            let (ll, _ll) = outputs.ll.device_ptr_mut(stream);
-            let (cross, _cross) = outputs.cross.device_ptr_mut(stream);
-            let shape = (m_pad, n_pad, len);
-            int8_gemm(blas, shape, (a_lo, b_lo, ll), 0)?;
-            int8_gemm(blas, shape, (a_lo, b_hi, cross), 0)?;
-            int8_gemm(blas, shape, (a_hi, b_lo, cross), 1)?;
-        }
-        let c_db = ops.db.corrections.slice(ops.first..ops.first + m);
-        let (m32, m_pad32, n32) = (m as u32, m_pad as u32, n as u32);
-        let length = u32::from(length_term(len));
-        let config = LaunchConfig {
-            grid_dim: ((m as u32).div_ceil(256), n32.min(65_535), 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut launch = stream.launch_builder(&self.combine);
-        launch
-            .arg(&outputs.ll)
-            .arg(&outputs.cross)
-            .arg(&c_db)
-            .arg(&q.corrections)
-            .arg(&mut outputs.out)
-            .arg(&m32)
-            .arg(&m_pad32)
-            .arg(&n32)
-            .arg(&length);
-        // SAFETY: the argument list matches `combine`'s signature in KERNELS_CU; every index
-        // the kernel forms is below the sizes ensured above.
-        unsafe { launch.launch(config) }?;
-        stream.memcpy_dtoh(&outputs.out.slice(0..m * n), out)?;
-        stream.synchronize()?;
-        Ok(())
+        state.devices[0].gemm_ops_per_second((m, n, k), repeats)
     }
 
     fn run(&self, f: impl FnOnce(&mut State) -> Result<(), GpuError>) {
-        let result = self
-            .ctx
-            .bind_to_thread()
-            .map_err(GpuError::from)
-            .and_then(|()| {
-                let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                f(&mut state)
-            });
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         // The engine trait has no error path: a failing device ends the batch, whose
         // evaluation runs on its own task, and the node reports it.
-        if let Err(e) = result {
+        if let Err(e) = f(&mut state) {
             panic!("{}: {e}", self.name);
         }
     }
@@ -746,16 +787,11 @@ impl DotEngine for GpuEngine {
             return;
         }
         self.run(|state| {
-            let s = &mut state.scratch;
-            stage(&self.stream, &mut s.q, queries, len, round_up(n, PAD))?;
-            stage(&self.stream, &mut s.d, db, len, round_up(m, PAD))?;
-            let ops = Operands {
-                db: &s.d,
-                first: 0,
-                m,
-                n,
-            };
-            self.product(&state.blas, &s.q, &mut s.outputs, &ops, out)
+            let device = &mut state.devices[0];
+            device.ctx.bind_to_thread()?;
+            let stream = device.stream.clone();
+            stage(&stream, &mut device.scratch.d, db, len, round_up(m, PAD))?;
+            device.product(queries, None, 0, m, out)
         });
     }
 
@@ -776,16 +812,43 @@ impl DotEngine for GpuEngine {
             return;
         }
         self.run(|state| {
-            state.mirror.sync(db)?;
-            let s = &mut state.scratch;
-            stage(&self.stream, &mut s.q, queries, len, round_up(n, PAD))?;
-            let ops = Operands {
-                db: &state.mirror.store().planes[plane_index(eye, part)],
-                first: rows.start,
-                m,
-                n,
-            };
-            self.product(&state.blas, &s.q, &mut s.outputs, &ops, out)
+            let State { devices, mirror } = state;
+            mirror.sync(db)?;
+            let store = mirror.store();
+            let pieces = store.pieces(rows.clone());
+            let plane = |k: usize| &store.shards()[k].planes[plane_index(eye, part)];
+            if let [(k, local, _)] = pieces.as_slice() {
+                return devices[*k].product(queries, Some(plane(*k)), local.start, m, out);
+            }
+            // Several shards: each device computes its block on its own thread.
+            let blocks = std::thread::scope(|scope| {
+                let mut handles = Vec::new();
+                for (device_index, device) in devices.iter_mut().enumerate() {
+                    let Some((k, local, offset)) =
+                        pieces.iter().find(|p| p.0 == device_index).cloned()
+                    else {
+                        continue;
+                    };
+                    let plane = plane(k);
+                    handles.push(scope.spawn(move || {
+                        let mut block = vec![0u16; n * local.len()];
+                        device
+                            .product(queries, Some(plane), local.start, local.len(), &mut block)
+                            .map(|()| (offset, local.len(), block))
+                    }));
+                }
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a device thread panicked"))
+                    .collect::<Result<Vec<_>, GpuError>>()
+            })?;
+            for (offset, width, block) in blocks {
+                for q in 0..n {
+                    out[q * m + offset..q * m + offset + width]
+                        .copy_from_slice(&block[q * width..(q + 1) * width]);
+                }
+            }
+            Ok(())
         });
     }
 }
@@ -836,12 +899,22 @@ mod tests {
 
     /// The resident database equals the CPU engine's view of the host database, bit for bit,
     /// through appends, out-of-order inserts, replacements and deletions, at sizes that are
-    /// not multiples of the padding, the load chunk or the move chunk.
+    /// not multiples of the padding, the load chunk or the move chunk; on one shard and on
+    /// three.
     #[test]
     fn resident_database_matches_the_cpu_engine_through_changes() {
-        let Some(gpu) = engine_or_skip("resident_database_matches_the_cpu_engine") else {
+        let Some(one) = engine_or_skip("resident_database_matches_the_cpu_engine") else {
             return;
         };
+        // Three shards on one device exercise the multi-GPU path on a single GPU.
+        let sharded = GpuEngine::with_devices(&[0, 0, 0]).expect("device 0");
+        for gpu in [one, sharded] {
+            println!("{}", gpu.name());
+            resident_database_matches(&gpu);
+        }
+    }
+
+    fn resident_database_matches(gpu: &GpuEngine) {
         let cpu = CpuEngine::new();
         let mut rng = ChaCha20Rng::seed_from_u64(0x6e0);
         let mut db = MatchDb::new();
