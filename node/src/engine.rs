@@ -123,11 +123,7 @@ pub trait DotEngine: Send + Sync {
         rows: Range<usize>,
         out: &mut [u16],
     ) {
-        let vectors = match part {
-            Part::Code => db.codes(eye, rows),
-            Part::Mask => db.masks(eye, rows),
-        };
-        self.dot(queries, vectors, part.coefs(), out);
+        self.dot(queries, db.vectors(eye, part, rows), part.coefs(), out);
     }
 }
 

@@ -92,6 +92,17 @@ pub fn share_person<R: RngCore + CryptoRng>(
         .collect()
 }
 
+/// Uniformly random shares of no one: what an engine costs to match against, for benchmarks
+/// and engine tests.
+pub fn random_shares(rng: &mut impl RngCore) -> Box<PartyShares> {
+    let mut s = Box::new(PartyShares::zero());
+    for e in [&mut s.left, &mut s.right] {
+        let coefs = e.code.coefs_mut().iter_mut().chain(e.mask.coefs_mut());
+        coefs.for_each(|c| *c = rng.next_u32() as u16);
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

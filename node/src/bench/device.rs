@@ -18,6 +18,7 @@ use crate::engine::{DotEngine, Part};
 use crate::mpc::compare::{match_bits, or_blocks};
 use crate::mpc::local::{additive_u16, run_three};
 use crate::pipeline::{evaluate, MatchDb, PipelineConfig, PipelineRequest, Target};
+use crate::synthetic::random_shares;
 
 /// Sizes of a run.
 #[derive(Clone, Copy, Debug)]
@@ -120,21 +121,6 @@ impl std::fmt::Display for DeviceBenchReport {
 
 /// Int8 operations per comparison: three GEMMs over 12,800 + 6,400 elements, two per MAC.
 const INT8_OPS_PER_COMPARISON: f64 = (3 * 2 * (CODE_COEFS + MASK_COEFS)) as f64;
-
-fn random_shares(rng: &mut ChaCha20Rng) -> Box<PartyShares> {
-    let mut s = Box::new(PartyShares::zero());
-    for e in [&mut s.left, &mut s.right] {
-        e.code
-            .coefs_mut()
-            .iter_mut()
-            .for_each(|c| *c = rng.next_u32() as u16);
-        e.mask
-            .coefs_mut()
-            .iter_mut()
-            .for_each(|c| *c = rng.next_u32() as u16);
-    }
-    s
-}
 
 /// Runs the phases on `engines` (one per party, sharing a device); `peak` is the device's
 /// data-sheet int8 peak and `gemm_ops` the GEMM probe's figure, where known.

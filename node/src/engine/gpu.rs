@@ -219,13 +219,6 @@ fn plane_index(eye: usize, part: Part) -> usize {
     eye * 2 + usize::from(part == Part::Mask)
 }
 
-fn db_vectors(db: &MatchDb, eye: usize, part: Part, rows: core::ops::Range<usize>) -> &[u16] {
-    match part {
-        Part::Code => db.codes(eye, rows),
-        Part::Mask => db.masks(eye, rows),
-    }
-}
-
 impl DeviceDb {
     fn new(stream: Arc<CudaStream>) -> Result<DeviceDb, DriverError> {
         let capacity = LOAD_CHUNK + PAD;
@@ -275,20 +268,9 @@ impl DeviceDb {
         let count = self.rows - from;
         for plane in &mut self.planes {
             let moved = (from, to, count);
-            move_rows(
-                &self.stream,
-                &mut plane.lo,
-                &mut self.temp_i8,
-                plane.len,
-                moved,
-            )?;
-            move_rows(
-                &self.stream,
-                &mut plane.hi,
-                &mut self.temp_i8,
-                plane.len,
-                moved,
-            )?;
+            for bytes in [&mut plane.lo, &mut plane.hi] {
+                move_rows(&self.stream, bytes, &mut self.temp_i8, plane.len, moved)?;
+            }
             move_rows(
                 &self.stream,
                 &mut plane.corrections,
@@ -326,7 +308,7 @@ impl RowStore for DeviceDb {
             let end = (start + LOAD_CHUNK).min(rows.end);
             for eye in 0..2 {
                 for part in [Part::Code, Part::Mask] {
-                    let split = Split::of(db_vectors(db, eye, part, start..end), part.coefs());
+                    let split = Split::of(db.vectors(eye, part, start..end), part.coefs());
                     let plane = &mut self.planes[plane_index(eye, part)];
                     plane.upload(&self.stream, start - rows.start, &split)?;
                 }
@@ -363,7 +345,7 @@ impl RowStore for DeviceDb {
                 let plane = &mut self.planes[plane_index(eye, part)];
                 match from {
                     Some(f) => {
-                        let split = Split::of(db_vectors(db, eye, part, f..f + 1), part.coefs());
+                        let split = Split::of(db.vectors(eye, part, f..f + 1), part.coefs());
                         plane.upload(&self.stream, row, &split)?;
                     }
                     None => plane.zero_rows(&self.stream, row..row + 1)?,
@@ -855,9 +837,9 @@ impl DotEngine for GpuEngine {
 
 #[cfg(test)]
 mod tests {
+    use crate::synthetic::random_shares;
     use rand_chacha::ChaCha20Rng;
     use rand_core::{RngCore, SeedableRng};
-    use sdk_orb::shamir::PartyShares;
 
     use super::*;
     use crate::engine::CpuEngine;
@@ -871,21 +853,6 @@ mod tests {
                 None
             }
         }
-    }
-
-    fn random_shares(rng: &mut ChaCha20Rng) -> Box<PartyShares> {
-        let mut s = Box::new(PartyShares::zero());
-        for e in [&mut s.left, &mut s.right] {
-            e.code
-                .coefs_mut()
-                .iter_mut()
-                .for_each(|c| *c = rng.next_u32() as u16);
-            e.mask
-                .coefs_mut()
-                .iter_mut()
-                .for_each(|c| *c = rng.next_u32() as u16);
-        }
-        s
     }
 
     #[test]
@@ -999,11 +966,12 @@ mod tests {
             synthetic::recapture(&mut rng, &queries[2].1).0,
         );
         queries.push(again);
-        let shares = |rng: &mut ChaCha20Rng, ps: &[(_, _)]| -> Vec<Vec<PartyShares>> {
-            ps.iter()
-                .map(|(l, r)| synthetic::share_person(rng, l, r))
-                .collect()
-        };
+        let shares =
+            |rng: &mut ChaCha20Rng, ps: &[(_, _)]| -> Vec<Vec<sdk_orb::shamir::PartyShares>> {
+                ps.iter()
+                    .map(|(l, r)| synthetic::share_person(rng, l, r))
+                    .collect()
+            };
         let (enrolled, asked) = (shares(&mut rng, &people[..37]), shares(&mut rng, &queries));
         let mut config = PipelineConfig::with_threshold(0.345);
         config.max_pass_comparisons = 5_000;

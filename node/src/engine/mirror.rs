@@ -224,9 +224,9 @@ impl<S: RowStore> RowStore for Sharded<S> {
 
 #[cfg(test)]
 mod tests {
+    use crate::synthetic::random_shares;
     use rand_chacha::ChaCha20Rng;
     use rand_core::{RngCore, SeedableRng};
-    use sdk_orb::shamir::PartyShares;
     use sdk_orb::{CODE_COEFS, MASK_COEFS};
 
     use super::*;
@@ -309,19 +309,6 @@ mod tests {
             }
             Ok(())
         }
-    }
-
-    fn random_shares(rng: &mut ChaCha20Rng) -> Box<PartyShares> {
-        let mut s = Box::new(PartyShares::zero());
-        for e in [&mut s.left, &mut s.right] {
-            for c in e.code.coefs_mut() {
-                *c = rng.next_u32() as u16;
-            }
-            for c in e.mask.coefs_mut() {
-                *c = rng.next_u32() as u16;
-            }
-        }
-        s
     }
 
     fn assert_equal(m: &Mirror<HostRows>, db: &MatchDb) {

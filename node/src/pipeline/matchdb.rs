@@ -10,6 +10,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sdk_orb::shamir::PartyShares;
+
+use crate::engine::Part;
 use sdk_orb::{CODE_COEFS, MASK_COEFS};
 use zeroize::Zeroize;
 
@@ -192,6 +194,14 @@ impl MatchDb {
     /// One eye's code shares of rows `rows`, contiguous.
     pub fn codes(&self, eye: usize, rows: core::ops::Range<usize>) -> &[u16] {
         &self.codes[eye][rows.start * CODE_COEFS..rows.end * CODE_COEFS]
+    }
+
+    /// One eye's `part` shares of rows `rows`, contiguous.
+    pub fn vectors(&self, eye: usize, part: Part, rows: core::ops::Range<usize>) -> &[u16] {
+        match part {
+            Part::Code => self.codes(eye, rows),
+            Part::Mask => self.masks(eye, rows),
+        }
     }
 
     /// One eye's trimmed mask shares of rows `rows`, contiguous.
