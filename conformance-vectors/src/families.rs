@@ -1,5 +1,6 @@
 //! One module per family: its case type, its generator and its replay.
 
+pub mod comparison;
 pub mod dot_shares;
 pub mod envelope_header;
 pub mod envelope_rejections;
@@ -8,6 +9,7 @@ pub mod layout;
 pub mod masked_bitvectors;
 pub mod payload_rejections;
 pub mod preprocess;
+pub mod requests;
 pub mod ring;
 pub mod rotations;
 pub mod shamir;

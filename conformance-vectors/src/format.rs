@@ -1,7 +1,8 @@
 //! The file format shared by every family: a versioned header, then vectors with an id, a
 //! comment, closed-set flags and a family-specific case. Byte strings are lowercase hex;
 //! arrays of u16 are the hex of their little-endian bytes (the share serialisation of the
-//! payloads); arrays too large to keep in full are [`Digest16`]s.
+//! payloads), arrays of u32 likewise with 4 bytes each; bit vectors are strings of `0` and
+//! `1`; arrays too large to keep in full are [`Digest16`]s.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest as _, Sha256};
@@ -93,6 +94,8 @@ pub enum Flag {
     Tampered,
     /// Built around caller-chosen payload plaintexts (`envelope::hazmat_seal_plaintexts`).
     HazmatSealed,
+    /// A request matches an earlier request of its batch (checked).
+    IntraBatch,
 }
 
 /// Bytes as a lowercase hex string.
@@ -186,6 +189,78 @@ impl HexU16 {
             .as_slice()
             .try_into()
             .map_err(|_| format!("{what}: {} values, expected {N}", self.0.len()))
+    }
+}
+
+/// u32 values as the hex of their little-endian bytes (shares over Z_{2^32}).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct HexU32(pub Vec<u32>);
+
+impl core::fmt::Debug for HexU32 {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.0.len() <= 16 {
+            write!(f, "{:?}", self.0)
+        } else {
+            write!(f, "HexU32({} values)", self.0.len())
+        }
+    }
+}
+
+impl Serialize for HexU32 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = self.0.iter().flat_map(|v| v.to_le_bytes()).collect();
+        s.serialize_str(&hex::encode(bytes))
+    }
+}
+
+impl<'de> Deserialize<'de> for HexU32 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<HexU32, D::Error> {
+        let bytes = Hex::deserialize(d)?.0;
+        if bytes.len() % 4 != 0 {
+            return Err(serde::de::Error::custom(
+                "byte count not a multiple of 4 for u32 values",
+            ));
+        }
+        Ok(HexU32(
+            bytes
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        ))
+    }
+}
+
+/// Bits as a string of `0` and `1`, element 0 first.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Bits(pub Vec<bool>);
+
+impl core::fmt::Debug for Bits {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let s: String = self.0.iter().map(|&b| if b { '1' } else { '0' }).collect();
+        write!(f, "\"{s}\"")
+    }
+}
+
+impl Serialize for Bits {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let text: String = self.0.iter().map(|&b| if b { '1' } else { '0' }).collect();
+        s.serialize_str(&text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bits {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bits, D::Error> {
+        String::deserialize(d)?
+            .chars()
+            .map(|c| match c {
+                '0' => Ok(false),
+                '1' => Ok(true),
+                other => Err(serde::de::Error::custom(format!(
+                    "bit string holds {other:?}, only 0 and 1 are allowed"
+                ))),
+            })
+            .collect::<Result<Vec<bool>, D::Error>>()
+            .map(Bits)
     }
 }
 

@@ -1,13 +1,14 @@
 //! Known-answer vectors for ocelli: a deterministic generator, the checked-in vector files
-//! (`vectors/<family>.json`) and a replay tool that checks the SDK against every vector.
+//! (`vectors/<family>.json`) and a replay tool that checks the SDK and the node library
+//! against every vector.
 //!
 //! The contract:
 //! - Generation is deterministic: fixed seeds, seeded ChaCha20 RNGs passed into the SDK. The
 //!   same build writes the same bytes, so a changed formula shows up as a vector diff.
 //! - Loading is strict: an unknown family, field, flag or case, a wrong format version, a
 //!   duplicate or missing vector id all fail the load. No vector is skipped.
-//! - Replay runs every vector and reports per family; a panic inside the SDK is a failure of
-//!   that vector, not of the tool.
+//! - Replay runs every vector and reports per family; a panic inside the SDK or the node is a
+//!   failure of that vector, not of the tool.
 //!
 //! See `docs/conformance.md` for the format and each family.
 
@@ -24,10 +25,8 @@ pub mod format;
 
 use format::{Vector, VectorFile, FORMAT, FORMAT_VERSION};
 
-/// A family of vectors: one file `vectors/<name>.json`.
-///
-/// The node-side families (comparison phase, whole requests) are not here yet: they arrive
-/// with the MPC pipeline, and until then a file naming them fails to load.
+/// A family of vectors: one file `vectors/<name>.json`. The SDK families come first, then the
+/// node-side ones (`comparison`, `requests`), which replay through `ocelli_node`.
 #[derive(
     Clone,
     Copy,
@@ -70,11 +69,16 @@ pub enum Family {
     EnvelopeRejections,
     /// Decrypted payloads nodes must reject, with the exact error.
     PayloadRejections,
+    /// The node's comparison phase: resharing, MPCLift, `x = A md - 2^16 cd` and its MSB, per
+    /// party and opened.
+    Comparison,
+    /// Whole batches: a database and requests of every type, with the expected outcomes.
+    Requests,
 }
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 13] = [
+    pub const ALL: [Family; 15] = [
         Family::TemplateCodec,
         Family::MaskedBitvectors,
         Family::Rotations,
@@ -88,6 +92,8 @@ impl Family {
         Family::EnvelopeSealing,
         Family::EnvelopeRejections,
         Family::PayloadRejections,
+        Family::Comparison,
+        Family::Requests,
     ];
 
     /// The snake_case name, as in the file name and the `family` field.
@@ -106,6 +112,8 @@ impl Family {
             Family::EnvelopeSealing => "envelope_sealing",
             Family::EnvelopeRejections => "envelope_rejections",
             Family::PayloadRejections => "payload_rejections",
+            Family::Comparison => "comparison",
+            Family::Requests => "requests",
         }
     }
 
@@ -186,10 +194,11 @@ pub trait Spec {
     /// The `description` field.
     const DESCRIPTION: &'static str;
 
-    /// The vectors, computed with the SDK from fixed seeds and fixtures.
+    /// The vectors, computed with the SDK (and the node library) from fixed seeds and fixtures.
     ///
     /// # Errors
-    /// A fixture that does not say what it should, or the SDK disagreeing with a cross-check.
+    /// A fixture that does not say what it should, or the code under test disagreeing with a
+    /// cross-check.
     fn generate(sources: &Sources) -> Result<Vec<Vector<Self::Case>>, String>;
 
     /// Load-time checks across vectors (references between vectors).
@@ -200,8 +209,8 @@ pub trait Spec {
         Ok(())
     }
 
-    /// Replays one vector (its case and the flags that carry meaning) against the SDK; `all`
-    /// gives access to vectors it refers to.
+    /// Replays one vector (its case and the flags that carry meaning) against the SDK or the
+    /// node library; `all` gives access to vectors it refers to.
     ///
     /// # Errors
     /// The first mismatch.
@@ -330,6 +339,8 @@ macro_rules! dispatch {
             Family::EnvelopeSealing => $f::<families::envelope_sealing::Spec>($($arg),*),
             Family::EnvelopeRejections => $f::<families::envelope_rejections::Spec>($($arg),*),
             Family::PayloadRejections => $f::<families::payload_rejections::Spec>($($arg),*),
+            Family::Comparison => $f::<families::comparison::Spec>($($arg),*),
+            Family::Requests => $f::<families::requests::Spec>($($arg),*),
         }
     };
 }

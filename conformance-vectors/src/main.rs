@@ -9,8 +9,8 @@ use conformance_vectors::{
     corpus, default_vectors_dir, families_in, generate_dir, verify_file, Family, Report, Sources,
 };
 
-/// Known-answer vectors for ocelli: generate them, replay them against the SDK, or build the
-/// fuzz seed corpus from them.
+/// Known-answer vectors for ocelli: generate them, replay them against the SDK and the node
+/// library, or build the fuzz seed corpus from them.
 #[derive(Debug, Parser)]
 #[command(name = "conformance-vectors", version)]
 struct Cli {
@@ -29,7 +29,7 @@ enum Command {
         #[arg(long)]
         open_iris: Option<PathBuf>,
     },
-    /// Replays the vectors against the SDK; exits non-zero on any failure.
+    /// Replays the vectors against the SDK and the node library; exits non-zero on any failure.
     Verify {
         /// Only this family (its file must exist).
         #[arg(long)]

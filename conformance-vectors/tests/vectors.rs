@@ -118,6 +118,106 @@ fn a_changed_expected_value_fails_its_family() {
     assert_eq!(report.failures.len(), 1);
 }
 
+/// Flips the last hex digit of a string value.
+fn flip_last_digit(x: &mut Value) {
+    let s = x.as_str().expect("hex");
+    let last = if s.ends_with('0') { "1" } else { "0" };
+    *x = Value::String(format!("{}{last}", &s[..s.len() - 1]));
+}
+
+#[test]
+fn a_changed_share_or_threshold_fails_the_comparison_family() {
+    // One party's share of x: only that vector fails, at that value.
+    let changed = edit(Family::Comparison, |v| {
+        flip_last_digit(&mut v["vectors"][0]["case"]["compare"]["parties"][1]["x"]);
+    });
+    let report = verify_text(Family::Comparison, &changed).expect("loads");
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    assert!(
+        report.failures[0].1.contains("party 1 x"),
+        "{:?}",
+        report.failures
+    );
+
+    // A threshold coefficient one off: the recorded shares and openings no longer follow.
+    let changed = edit(Family::Comparison, |v| {
+        let a = &mut v["vectors"][1]["case"]["compare"]["threshold_a"];
+        *a = serde_json::json!(a.as_u64().expect("a number") + 1);
+    });
+    let report = verify_text(Family::Comparison, &changed).expect("loads");
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    assert_eq!(report.failures[0].0, 2);
+
+    // Input shares that no longer sum to the stated plaintext.
+    let changed = edit(Family::Comparison, |v| {
+        flip_last_digit(&mut v["vectors"][2]["case"]["compare"]["md_shares"][0]);
+    });
+    let report = verify_text(Family::Comparison, &changed).expect("loads");
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    assert!(
+        report.failures[0].1.contains("do not sum"),
+        "{:?}",
+        report.failures
+    );
+}
+
+/// The `requests` file cut down to the database and one batch (replaying every batch takes
+/// seconds in a debug build).
+fn database_and_batch(batch: usize, f: impl FnOnce(&mut Value)) -> String {
+    edit(Family::Requests, |v| {
+        let vectors = v["vectors"].as_array_mut().expect("vectors");
+        assert!(vectors[0]["case"].get("database").is_some());
+        let mut kept = vectors[batch].clone();
+        kept["id"] = serde_json::json!(2);
+        vectors.truncate(1);
+        vectors.push(kept);
+        f(v);
+    })
+}
+
+#[test]
+fn a_changed_outcome_or_policy_fails_the_requests_family() {
+    // The re-authentication batch: its first request re-authenticates the right person.
+    let reauth = 3;
+    let untouched = database_and_batch(reauth, |_| {});
+    let report = verify_text(Family::Requests, &untouched).expect("loads");
+    assert!(report.ok(), "{:?}", report.failures);
+
+    let changed = database_and_batch(reauth, |v| {
+        let outcome = &mut v["vectors"][1]["case"]["batch"]["outcomes"][0];
+        assert_eq!(outcome, &serde_json::json!({"reauth": true}));
+        *outcome = serde_json::json!({"reauth": false});
+    });
+    let report = verify_text(Family::Requests, &changed).expect("loads");
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    assert_eq!(report.failures[0].0, 2);
+
+    // The OR policy on a request whose one eye matches changes what the nodes compute.
+    let changed = database_and_batch(reauth, |v| {
+        let request = &mut v["vectors"][1]["case"]["batch"]["requests"][5];
+        assert_eq!(request["or_policy"], Value::Bool(false));
+        request["or_policy"] = Value::Bool(true);
+    });
+    let report = verify_text(Family::Requests, &changed).expect("loads");
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    assert!(
+        report.failures[0].1.contains("outcomes"),
+        "{:?}",
+        report.failures
+    );
+
+    // A batch must name a database vector.
+    let e = verify_text(
+        Family::Requests,
+        &database_and_batch(reauth, |v| {
+            v["vectors"][1]["case"]["batch"]["database"] = serde_json::json!(2);
+        }),
+    )
+    .expect_err("must not load")
+    .to_string();
+    assert!(e.contains("not a database vector"), "{e}");
+}
+
 fn load_error(family: Family, f: impl FnOnce(&mut Value)) -> String {
     verify_text(family, &edit(family, f))
         .expect_err("must not load")
@@ -143,7 +243,7 @@ fn the_loader_refuses_what_it_does_not_know() {
     });
     assert!(e.contains("unknown variant"), "{e}");
     let e = load_error(Family::Ring, |v| {
-        v["family"] = Value::String("comparison".to_string());
+        v["family"] = Value::String("telepathy".to_string());
     });
     assert!(e.contains("unknown variant"), "{e}");
     let e = load_error(Family::Ring, |v| {
@@ -179,12 +279,10 @@ fn a_directory_with_an_unknown_or_missing_family_is_refused() {
         std::fs::write(dir.join(family.file_name()), text(family)).expect("copy");
     }
     assert!(families_in(&dir).is_ok());
-    std::fs::write(dir.join("comparison.json"), "{}").expect("write");
+    std::fs::write(dir.join("telepathy.json"), "{}").expect("write");
     let e = families_in(&dir).expect_err("unknown family file");
-    assert!(e
-        .to_string()
-        .contains("unknown family file comparison.json"));
-    std::fs::remove_file(dir.join("comparison.json")).expect("remove");
+    assert!(e.to_string().contains("unknown family file telepathy.json"));
+    std::fs::remove_file(dir.join("telepathy.json")).expect("remove");
     std::fs::remove_file(dir.join("ring.json")).expect("remove");
     let e = families_in(&dir).expect_err("missing family");
     assert!(e.to_string().contains("ring.json"));

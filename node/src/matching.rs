@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rand_core::{OsRng, RngCore};
 use sdk_orb::rotation::ROTATION_COUNT;
+use sdk_orb::shamir::PartyShares;
 use sdk_orb::PartyId;
 use shared_proto::v1::RequestType;
 use zeroize::Zeroizing;
@@ -25,7 +26,7 @@ use crate::links::MpcLink;
 use crate::mpc::network::ChannelTransport;
 use crate::mpc::randomness::{pair_seed, CorrelatedRandomness};
 use crate::mpc::session::Session;
-use crate::pipeline::{self, PipelineConfig, PipelineRequest, Target};
+use crate::pipeline::{self, MatchResult, PipelineConfig, PipelineRequest, Target};
 use crate::shares::ShareDb;
 
 /// A pairwise PRF seed.
@@ -202,6 +203,69 @@ fn pipeline_role(r: &EvalRequest, db: &ShareDb) -> (Target, bool, bool) {
     }
 }
 
+/// The pipeline's view of a batch: one [`PipelineRequest`] per request, in order, with
+/// `shares[j]` as request `j`'s shares. Uniqueness requests are matched against the database
+/// and the batch's earlier uniqueness requests, and are enrolment candidates themselves;
+/// uniqueness checks likewise but are never candidates; a re-authentication against its
+/// serial id's row (nothing if it is not enrolled); deletions and resets against nothing.
+/// Request types and serial ids are public, so the three parties build the same list.
+///
+/// # Panics
+/// If `shares` and `requests` differ in length.
+pub fn pipeline_requests<'a>(
+    requests: &[EvalRequest],
+    shares: &'a [Box<PartyShares>],
+    db: &ShareDb,
+) -> Vec<PipelineRequest<'a>> {
+    assert_eq!(requests.len(), shares.len());
+    requests
+        .iter()
+        .zip(shares)
+        .map(|(r, s)| {
+            let (target, against_earlier, candidate) = pipeline_role(r, db);
+            PipelineRequest {
+                shares: s,
+                target,
+                against_earlier,
+                candidate,
+                or_policy: r.or_policy,
+            }
+        })
+        .collect()
+}
+
+/// Each request's outcome from what [`pipeline::evaluate`] opened for it (`results`, for the
+/// batch's [`pipeline_requests`]), with database rows reported as serial ids. Identical on the
+/// three parties.
+///
+/// # Panics
+/// If the three lists differ in length.
+pub fn outcomes(
+    requests: &[EvalRequest],
+    pipeline_requests: &[PipelineRequest<'_>],
+    results: Vec<MatchResult>,
+    db: &ShareDb,
+) -> Vec<Outcome> {
+    assert_eq!(requests.len(), pipeline_requests.len());
+    assert_eq!(requests.len(), results.len());
+    let serial_of = |row: usize| SerialId(db.rows().serial_ids()[row]);
+    requests
+        .iter()
+        .zip(results)
+        .zip(pipeline_requests)
+        .map(|((r, m), p)| match r.request_type {
+            RequestType::Uniqueness | RequestType::UniquenessCheck if m.any => Outcome::Match {
+                entries: m.entries.iter().map(|&row| serial_of(row)).collect(),
+                earlier: m.earlier,
+            },
+            RequestType::Uniqueness | RequestType::UniquenessCheck => Outcome::Unique,
+            RequestType::Reauth => Outcome::Reauth(p.target != Target::Nothing && m.any),
+            RequestType::Deletion | RequestType::Reset => Outcome::Apply,
+            _ => Outcome::NotEvaluated,
+        })
+        .collect()
+}
+
 impl BatchEvaluator for MpcEvaluator {
     fn name(&self) -> &'static str {
         "mpc"
@@ -221,22 +285,7 @@ impl BatchEvaluator for MpcEvaluator {
             .iter()
             .map(|r| r.shares.to_party_shares())
             .collect();
-        let roles: Vec<(Target, bool, bool)> =
-            requests.iter().map(|r| pipeline_role(r, db)).collect();
-        let pipeline_requests: Vec<PipelineRequest<'_>> = roles
-            .iter()
-            .zip(&shares)
-            .zip(requests)
-            .map(
-                |((&(target, against_earlier, candidate), s), r)| PipelineRequest {
-                    shares: s,
-                    target,
-                    against_earlier,
-                    candidate,
-                    or_policy: r.or_policy,
-                },
-            )
-            .collect();
+        let pipeline_requests = pipeline_requests(requests, &shares, db);
         let needs_mpc = pipeline_requests
             .iter()
             .any(|r| r.target != Target::Nothing || r.against_earlier);
@@ -278,22 +327,7 @@ impl BatchEvaluator for MpcEvaluator {
             vec![Default::default(); requests.len()]
         };
 
-        let serial_of = |row: usize| SerialId(db.rows().serial_ids()[row]);
-        Ok(requests
-            .iter()
-            .zip(results)
-            .zip(&roles)
-            .map(|((r, m), (target, _, _))| match r.request_type {
-                RequestType::Uniqueness | RequestType::UniquenessCheck if m.any => Outcome::Match {
-                    entries: m.entries.iter().map(|&row| serial_of(row)).collect(),
-                    earlier: m.earlier,
-                },
-                RequestType::Uniqueness | RequestType::UniquenessCheck => Outcome::Unique,
-                RequestType::Reauth => Outcome::Reauth(*target != Target::Nothing && m.any),
-                RequestType::Deletion | RequestType::Reset => Outcome::Apply,
-                _ => Outcome::NotEvaluated,
-            })
-            .collect())
+        Ok(outcomes(requests, &pipeline_requests, results, db))
     }
 }
 

@@ -58,7 +58,66 @@ pub fn msb<T: Transport>(
     Ok(cs.s(31).xor(&cs.c(30)).xor(&carry))
 }
 
-/// Shared match bits (one plane) for additive dot-product shares: `2^16 cd > A md`.
+/// One party's share of everything the comparison phase computes for a batch of comparisons,
+/// in the order it computes them. The conformance vectors record these; the pipeline keeps
+/// only [`Comparison::matches`].
+#[derive(Debug)]
+pub struct Comparison {
+    /// `cd` over Z_{2^16}, reshared from the additive inputs. Its lift to Z_{2^32} is
+    /// `2^16 cd`, computed locally.
+    pub cd: Replicated<u16>,
+    /// `md` over Z_{2^16}, reshared from the additive inputs.
+    pub md: Replicated<u16>,
+    /// `md` lifted to Z_{2^32} (MPCLift): the integer `md`, not reduced mod 2^16.
+    pub lifted_md: Replicated<u32>,
+    /// `x = A md - 2^16 cd` in Z_{2^32}.
+    pub x: Replicated<u32>,
+    /// `MSB(x)`, one bit plane: 1 iff `2^16 cd > A md`.
+    pub matches: Replicated<u64>,
+}
+
+/// The comparison phase for additive dot-product shares `(cd, md)` over Z_{2^16}: reshare,
+/// lift `md`, form `x = A md - 2^16 cd`, extract its MSB. Draws from the streams in that
+/// order: the resharing (`2n` u16 each), then the lift and the MSB (see [`lift`], [`msb`]).
+///
+/// # Errors
+/// Transport failures.
+///
+/// # Panics
+/// If the two inputs differ in length.
+pub fn compare<T: Transport>(
+    session: &mut Session<'_, T>,
+    cd: &[u16],
+    md: &[u16],
+    a: u32,
+) -> Result<Comparison, NetworkError> {
+    assert_eq!(cd.len(), md.len());
+    let n = cd.len();
+    let (cd, md) = {
+        let both: Vec<u16> = cd.iter().chain(md).copied().collect();
+        let shared = session.reshare_u16(&both)?;
+        (shared.slice(0..n), shared.slice(n..2 * n))
+    };
+    let lifted_md = lift(session, &md)?;
+    let x = |m: &[u32], c: &[u16]| -> Vec<u32> {
+        m.iter()
+            .zip(c)
+            .map(|(&m, &c)| a.wrapping_mul(m).wrapping_sub(u32::from(c) << 16))
+            .collect()
+    };
+    let x = Replicated::new(x(&lifted_md.own, &cd.own), x(&lifted_md.prev, &cd.prev));
+    let matches = msb(session, &x)?;
+    Ok(Comparison {
+        cd,
+        md,
+        lifted_md,
+        x,
+        matches,
+    })
+}
+
+/// Shared match bits (one plane) for additive dot-product shares: `2^16 cd > A md`. The
+/// [`compare`] run, keeping only the bits.
 ///
 /// # Errors
 /// Transport failures.
@@ -71,21 +130,7 @@ pub fn match_bits<T: Transport>(
     md: &[u16],
     a: u32,
 ) -> Result<Replicated<u64>, NetworkError> {
-    assert_eq!(cd.len(), md.len());
-    let n = cd.len();
-    let both: Vec<u16> = cd.iter().chain(md).copied().collect();
-    let shared = session.reshare_u16(&both)?;
-    let cd = shared.slice(0..n);
-    let md = shared.slice(n..2 * n);
-    let md32 = lift(session, &md)?;
-    let x = |m: &[u32], c: &[u16]| -> Vec<u32> {
-        m.iter()
-            .zip(c)
-            .map(|(&m, &c)| a.wrapping_mul(m).wrapping_sub(u32::from(c) << 16))
-            .collect()
-    };
-    let x = Replicated::new(x(&md32.own, &cd.own), x(&md32.prev, &cd.prev));
-    msb(session, &x)
+    Ok(compare(session, cd, md, a)?.matches)
 }
 
 /// OR of shared bit vectors: `x ^ y ^ (x & y)`. One round.

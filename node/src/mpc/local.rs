@@ -34,19 +34,36 @@ impl Transport for Recording {
 /// The messages one party received, in order, with their senders.
 pub type View = Vec<(Peer, Vec<u8>)>;
 
-/// Runs `f` as each of the three parties concurrently; returns their results, traffic and
-/// received messages.
+/// The three pairwise PRF seeds [`run_three`] derives from `seed`: 96 bytes of
+/// `ChaCha20Rng::seed_from_u64(seed)`, `seeds[i]` shared by parties `i` and `i+1`.
+pub fn pair_seeds(seed: u64) -> [[u8; 32]; 3] {
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    core::array::from_fn(|_| {
+        let mut s = [0u8; 32];
+        rng.fill_bytes(&mut s);
+        s
+    })
+}
+
+/// Runs `f` as each of the three parties concurrently, with pairwise seeds from `seed` (see
+/// [`pair_seeds`]); returns their results, traffic and received messages.
 pub fn run_three<R: Send>(
     seed: u64,
     f: impl Fn(&mut Session<'_, Recording>) -> R + Sync,
 ) -> [(R, Traffic, View); 3] {
-    let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    // seeds[i] is shared by parties i and i+1.
-    let seeds: [[u8; 32]; 3] = core::array::from_fn(|_| {
-        let mut s = [0u8; 32];
-        rng.fill_bytes(&mut s);
-        s
-    });
+    run_three_seeded(&pair_seeds(seed), f)
+}
+
+/// [`run_three`] with the pairwise seeds given: `seeds[i]` is shared by parties `i` and
+/// `i+1`, so party `i` draws its next stream from `seeds[i]` and its previous stream from
+/// `seeds[i-1]`. Replaying the conformance vectors needs the seeds themselves.
+///
+/// # Panics
+/// If a party thread cannot be started or panics.
+pub fn run_three_seeded<R: Send>(
+    seeds: &[[u8; 32]; 3],
+    f: impl Fn(&mut Session<'_, Recording>) -> R + Sync,
+) -> [(R, Traffic, View); 3] {
     let transports = in_memory_network();
     let f = &f;
     std::thread::scope(|scope| {
