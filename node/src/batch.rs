@@ -16,6 +16,9 @@ use shared_proto::v1::RequestType;
 
 pub(crate) use self::apply::digest_of;
 pub use self::apply::{apply_commit, status_label, sweep_expired, ApplyError};
+pub(crate) use self::plan::{
+    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, Planned,
+};
 use crate::ids::{RequestId, SerialId};
 use crate::node::NodeState;
 use crate::shares::{ShareDb, StoredShares};
