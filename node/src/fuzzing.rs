@@ -269,6 +269,10 @@ fn commit(c: &BatchCommit) {
         runs + missing_count + listed,
         "one result each"
     );
+    let mut answered = std::collections::HashSet::new();
+    for (id, _, _) in &results {
+        assert!(answered.insert(*id), "a batch answers a request once");
+    }
     let enrolled: Vec<u64> = results
         .iter()
         .filter(|(_, _, r)| r.status == ResultStatus::UniqueEnrolled as i32)
@@ -418,6 +422,12 @@ mod tests {
         assert_eq!(c.request_ids.len(), 5);
         assert_eq!(crate::batch::committed_ids(&c).count(), 5);
         assert!(crate::batch::check_commit(&c, &fixture_meta()).is_ok());
+        let (_, input) = seeds
+            .iter()
+            .find(|(n, _)| *n == "commit-repeated-request")
+            .expect("seed present");
+        let c = BatchCommit::decode(&input[1..]).expect("decodes");
+        assert!(crate::batch::check_commit(&c, &fixture_meta()).is_err());
         // The mixed vote: accept, already final, digest mismatch, accept, accept.
         let (_, input) = seeds
             .iter()

@@ -45,6 +45,10 @@ pub enum ApplyError {
     /// A replayed commit's recorded outcomes do not fit its requests.
     #[error("recorded outcomes do not match the batch: {0}")]
     Recorded(String),
+    /// The commit names a request more than once (to run, as timed out or
+    /// as a digest mismatch); party 0 never does.
+    #[error("the commit names request {0} more than once")]
+    RepeatedRequest(RequestId),
 }
 
 /// Applies a committed batch on this node: evaluates, assigns serial ids,

@@ -3,7 +3,7 @@
 //! requests into results and share changes. Pure functions, so the three
 //! nodes compute them alike and the `peer_message` fuzz target runs them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use shared_proto::v1::recorded_outcome::Kind;
 use shared_proto::v1::{BatchCommit, NodeResult, RecordedOutcome, RequestType, ResultStatus};
@@ -37,11 +37,14 @@ pub(super) fn result(
 }
 
 /// Checks a commit before anything of it runs: it is the batch after this
-/// node's last applied one and agrees on the next serial id (a batch already
-/// applied is answered from the batch log before this check).
+/// node's last applied one, agrees on the next serial id, and names every
+/// request once (a batch already applied is answered from the batch log
+/// before this check). A request named twice would get two results, and
+/// could be enrolled and reported timed out at once.
 ///
 /// # Errors
-/// [`ApplyError::Behind`] or [`ApplyError::SerialMismatch`].
+/// [`ApplyError::Behind`], [`ApplyError::SerialMismatch`] or
+/// [`ApplyError::RepeatedRequest`].
 pub(crate) fn check_commit(commit: &BatchCommit, meta: &Meta) -> Result<(), ApplyError> {
     if Some(commit.batch_id) != meta.last_applied_batch.checked_add(1) {
         return Err(ApplyError::Behind {
@@ -53,6 +56,18 @@ pub(crate) fn check_commit(commit: &BatchCommit, meta: &Meta) -> Result<(), Appl
             ours: meta.next_serial,
             theirs: commit.next_serial_id,
         });
+    }
+    // Ids that are not 16 bytes name nothing and are skipped everywhere.
+    let listed = commit
+        .timed_out
+        .iter()
+        .chain(&commit.digest_mismatch)
+        .filter_map(|item| RequestId::from_slice(&item.request_id));
+    let mut named = HashSet::new();
+    for id in committed_ids(commit).chain(listed) {
+        if !named.insert(id) {
+            return Err(ApplyError::RepeatedRequest(id));
+        }
     }
     Ok(())
 }
@@ -303,5 +318,53 @@ fn placeholder_record(digest: &[u8]) -> RequestRecord {
         serial_id: 0,
         or_policy: false,
         batch_id: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared_proto::v1::BatchItem;
+
+    fn commit(request_ids: &[[u8; 16]], timed_out: &[[u8; 16]]) -> BatchCommit {
+        BatchCommit {
+            batch_id: 7,
+            request_ids: request_ids.iter().map(|id| id.to_vec()).collect(),
+            timed_out: timed_out
+                .iter()
+                .map(|id| BatchItem {
+                    request_id: id.to_vec(),
+                    envelope_digest: vec![1; 32],
+                })
+                .collect(),
+            next_serial_id: 4,
+            ..BatchCommit::default()
+        }
+    }
+
+    /// Found by the `peer_message` fuzz target: a commit that ran a request and also
+    /// listed it as timed out answered it twice.
+    #[test]
+    fn a_commit_naming_a_request_twice_is_refused() {
+        let meta = Meta {
+            last_applied_batch: 6,
+            next_serial: 4,
+        };
+        let (a, b) = ([0x12; 16], [0x14; 16]);
+        assert!(check_commit(&commit(&[a, b], &[]), &meta).is_ok());
+        for c in [
+            commit(&[a, b], &[a]),
+            commit(&[a, b, a], &[]),
+            commit(&[b], &[a, a]),
+        ] {
+            assert!(
+                matches!(check_commit(&c, &meta), Err(ApplyError::RepeatedRequest(id)) if id == RequestId(a)),
+                "{c:?}"
+            );
+        }
+        // Malformed ids name nothing: repeating one is not a repeated request.
+        let mut c = commit(&[a], &[]);
+        c.request_ids.extend([vec![1, 2], vec![1, 2]]);
+        assert!(check_commit(&c, &meta).is_ok());
     }
 }

@@ -177,6 +177,13 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
     .iter()
     .map(crate::batch::record_outcome)
     .collect();
+    // The fuzz finding: a request both run and listed as timed out (refused).
+    let mut repeated = recorded.clone();
+    repeated.timed_out.push(BatchItem {
+        request_id: repeated.request_ids[0].clone(),
+        envelope_digest: peer_fixture::PENDING[0].digest.to_vec(),
+    });
+
     let frame = |round: u32, payload: Vec<u8>| MpcFrame {
         session_id: peer_fixture::MPC_SESSION,
         round,
@@ -198,6 +205,10 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "commit-mixed-recorded",
             tagged(peer_tag::COMMIT, &mixed_commit),
+        ),
+        (
+            "commit-repeated-request",
+            tagged(peer_tag::COMMIT, &repeated),
         ),
         (
             "mpc-hello",
