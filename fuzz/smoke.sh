@@ -3,9 +3,10 @@
 #
 # Runs only where the nightly toolchain and cargo-fuzz are installed; otherwise it says
 # plainly that it skips, and why, and exits 0. A crash, a failed build, a timeout, or a single
-# allocation over 1 MiB inside a target (-malloc_limit_mb=1: the stated allocation bound; the
-# largest legitimate one is the 230,854-byte envelope buffer) fails the run (non-zero exit);
-# the offending input is left in fuzz/artifacts/.
+# allocation over 1 MiB inside a target (-malloc_limit_mb=1: the stated allocation bound for
+# every target; the largest legitimate ones are the 230,854-byte envelope buffer and, in
+# orb_request, the decoded SubmitRequest's copy of the envelope, about as large) fails the run
+# (non-zero exit); the offending input is left in fuzz/artifacts/.
 #
 #   fuzz/smoke.sh                 # every target, 30 s each
 #   SMOKE_SECONDS=5 fuzz/smoke.sh template_json
@@ -15,7 +16,7 @@ cd "$(dirname "$0")"
 seconds="${SMOKE_SECONDS:-30}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-    targets=(template_json envelope payload)
+    targets=(template_json envelope payload peer_message orb_request config)
 fi
 
 if ! command -v rustup >/dev/null 2>&1; then

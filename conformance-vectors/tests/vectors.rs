@@ -291,7 +291,14 @@ fn a_directory_with_an_unknown_or_missing_family_is_refused() {
 
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
-    for target in ["template_json", "envelope", "payload"] {
+    for target in [
+        "template_json",
+        "envelope",
+        "payload",
+        "peer_message",
+        "orb_request",
+        "config",
+    ] {
         let mut names: Vec<_> = std::fs::read_dir(dir.join(target))
             .expect("corpus dir")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())

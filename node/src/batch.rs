@@ -1,6 +1,7 @@
 //! Batches: what a batch computes ([`BatchEvaluator`]), how its results are
-//! applied identically on all three nodes ([`apply_commit`]), and the
-//! agreement on which requests form it (party 0's [`coordinator`]).
+//! applied identically on all three nodes ([`apply_commit`], planned by pure
+//! functions in `plan`), and the agreement on which requests form it (party
+//! 0's [`coordinator`]).
 //!
 //! The production evaluator is the three-party matching pipeline
 //! ([`crate::matching::MpcEvaluator`]). [`NotEvaluated`] answers every request
@@ -9,11 +10,15 @@
 
 mod apply;
 pub mod coordinator;
+mod plan;
 
 use shared_proto::v1::RequestType;
 
 pub(crate) use self::apply::digest_of;
 pub use self::apply::{apply_commit, status_label, sweep_expired, ApplyError};
+pub(crate) use self::plan::{
+    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, Planned,
+};
 use crate::ids::{RequestId, SerialId};
 use crate::node::NodeState;
 use crate::shares::{ShareDb, StoredShares};

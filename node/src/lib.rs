@@ -18,6 +18,8 @@ pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ids;
 pub mod intake;
 pub mod keys;

@@ -95,6 +95,12 @@ impl LinkHub {
     }
 }
 
+/// The payload an inbound frame carries for the link of `session`; `None` for a frame of
+/// another session, which ends the stream (one stream carries one session).
+pub fn frame_payload(session: u64, frame: MpcFrame) -> Option<Vec<u8>> {
+    (frame.session_id == session).then_some(frame.payload)
+}
+
 /// Server side of `MpcStream`: the first frame names the session; the link
 /// is offered to the hub; frames of other sessions end the stream.
 pub(crate) async fn serve(
@@ -113,7 +119,10 @@ pub(crate) async fn serve(
     }
     tokio::spawn(async move {
         while let Ok(Some(f)) = inbound.message().await {
-            if f.session_id != session || in_tx.send(f.payload).is_err() {
+            let Some(payload) = frame_payload(session, f) else {
+                break;
+            };
+            if in_tx.send(payload).is_err() {
                 break;
             }
         }
@@ -154,7 +163,10 @@ pub async fn dial(client: &PeerServiceClient<Channel>, session: u64) -> Result<M
     let (in_tx, in_rx) = channel();
     tokio::spawn(async move {
         while let Ok(Some(f)) = inbound.message().await {
-            if f.session_id != session || in_tx.send(f.payload).is_err() {
+            let Some(payload) = frame_payload(session, f) else {
+                break;
+            };
+            if in_tx.send(payload).is_err() {
                 break;
             }
         }

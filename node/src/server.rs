@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use self::orb::{health, OrbApi};
+pub(crate) use self::orb::{parse_id, parse_ids};
 pub use self::peer::PeerApi;
 use crate::batch::coordinator::{self, Peers};
 use crate::node::{NodeState, StartError};

@@ -1,18 +1,18 @@
 //! Applying a committed batch on one node: evaluate, assign serial ids,
 //! sign, persist atomically, then update memory and publish results.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use prost::Message;
 use sha2::{Digest, Sha256};
-use shared_proto::v1::{BatchCommit, NodeResult, RequestType, ResultStatus, SignedResult};
+use shared_proto::v1::{BatchCommit, NodeResult, ResultStatus, SignedResult};
 
-use shared_proto::v1::recorded_outcome::Kind;
-use shared_proto::v1::RecordedOutcome;
-
-use super::{EvalContext, EvalRequest, Outcome};
-use crate::ids::{EnvelopeDigest, RequestId, SerialId};
+use super::plan::{
+    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, result,
+    Planned,
+};
+use super::EvalContext;
+use crate::ids::{EnvelopeDigest, RequestId};
 use crate::node::{now_ms, NodeState};
 use crate::store::{BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite, StoreError};
 
@@ -45,28 +45,10 @@ pub enum ApplyError {
     /// A replayed commit's recorded outcomes do not fit its requests.
     #[error("recorded outcomes do not match the batch: {0}")]
     Recorded(String),
-}
-
-const NOT_EVALUATED_DETAIL: &str =
-    "not evaluated: no matching pipeline is configured; nothing was enrolled or changed";
-
-fn result(
-    id: &RequestId,
-    digest: &[u8],
-    status: ResultStatus,
-    batch_id: u64,
-    detail: &str,
-) -> NodeResult {
-    NodeResult {
-        version: 1,
-        request_id: id.0.to_vec(),
-        envelope_digest: digest.to_vec(),
-        status: status as i32,
-        batch_id,
-        serial_id: 0,
-        matched_serial_ids: Vec::new(),
-        detail: detail.to_owned(),
-    }
+    /// The commit names a request more than once (to run, as timed out or
+    /// as a digest mismatch); party 0 never does.
+    #[error("the commit names request {0} more than once")]
+    RepeatedRequest(RequestId),
 }
 
 /// Applies a committed batch on this node: evaluates, assigns serial ids,
@@ -102,41 +84,21 @@ fn apply_blocking(
             return Ok(b.results_digest);
         }
     }
-    if commit.batch_id != meta.last_applied_batch + 1 {
-        return Err(ApplyError::Behind {
-            last_applied: meta.last_applied_batch,
-        });
-    }
-    if commit.next_serial_id != meta.next_serial {
-        return Err(ApplyError::SerialMismatch {
-            ours: meta.next_serial,
-            theirs: commit.next_serial_id,
-        });
-    }
+    check_commit(commit, &meta)?;
     let batch_id = commit.batch_id;
 
     // Gather the committed requests this node holds.
     let mut eval = Vec::new();
     let mut held: Vec<(RequestId, RequestRecord)> = Vec::new();
     let mut missing: Vec<(RequestId, Vec<u8>)> = Vec::new();
-    for raw in &commit.request_ids {
-        let Some(id) = RequestId::from_slice(raw) else {
-            continue;
-        };
+    for id in committed_ids(commit) {
         let rec = store.request(&id)?;
         let env = store.envelope(&id)?;
         match (rec, env) {
             (Some(rec), Some(env)) if rec.state() == Some(RequestState::Pending) => {
                 match state.intake.reopen(&env) {
                     Ok(shares) => {
-                        eval.push(EvalRequest {
-                            id,
-                            request_type: RequestType::try_from(rec.request_type)
-                                .unwrap_or(RequestType::Unspecified),
-                            serial_id: SerialId(rec.serial_id),
-                            or_policy: rec.or_policy,
-                            shares,
-                        });
+                        eval.push(eval_request(id, &rec, shares));
                         held.push((id, rec));
                     }
                     Err(e) => {
@@ -153,14 +115,7 @@ fn apply_blocking(
     }
 
     let outcomes = if commit.outcomes_recorded {
-        if commit.outcomes.len() != eval.len() {
-            return Err(ApplyError::Recorded(format!(
-                "{} outcomes for {} requests",
-                commit.outcomes.len(),
-                eval.len()
-            )));
-        }
-        commit.outcomes.iter().map(outcome_from_record).collect()
+        recorded_outcomes(commit, eval.len())?
     } else {
         let db = state.shares();
         let ctx = EvalContext {
@@ -192,127 +147,21 @@ fn apply_blocking(
     recorded_commit.outcomes_recorded = true;
     recorded_commit.outcomes = outcomes.iter().map(record_outcome).collect();
 
-    // Turn outcomes into results and share changes, in commit order.
-    let mut next_serial = meta.next_serial;
-    let mut exists: HashMap<SerialId, bool> = HashMap::new();
-    let mut share_writes = Vec::new();
-    let mut results: Vec<(RequestId, RequestRecord, NodeResult)> = Vec::new();
     let db = state.shares();
-    let mut enrolled_at: HashMap<usize, SerialId> = HashMap::new();
-    for (position, ((req, (id, rec)), outcome)) in
-        eval.into_iter().zip(held).zip(outcomes).enumerate()
-    {
-        let mut r = result(&id, &rec.digest, ResultStatus::NotEvaluated, batch_id, "");
-        let target = req.serial_id;
-        let present = *exists.get(&target).unwrap_or(&db.contains(target));
-        use RequestType as T;
-        match (req.request_type, outcome) {
-            (_, Outcome::NotEvaluated) => r.detail = NOT_EVALUATED_DETAIL.to_owned(),
-            (T::Uniqueness, Outcome::Unique) => {
-                let s = SerialId(next_serial);
-                next_serial += 1;
-                r.status = ResultStatus::UniqueEnrolled as i32;
-                r.serial_id = s.0;
-                r.detail = "unique; enrolled".to_owned();
-                exists.insert(s, true);
-                enrolled_at.insert(position, s);
-                share_writes.push((s, ShareWrite::Put(req.shares)));
-            }
-            (T::UniquenessCheck, Outcome::Unique) => {
-                r.status = ResultStatus::Unique as i32;
-                r.detail = "unique".to_owned();
-            }
-            (T::Uniqueness | T::UniquenessCheck, Outcome::Match { entries, earlier }) => {
-                r.status = ResultStatus::Match as i32;
-                let mut ids: Vec<u64> = entries.iter().map(|s| s.0).collect();
-                ids.extend(
-                    earlier
-                        .iter()
-                        .filter_map(|k| enrolled_at.get(k))
-                        .map(|s| s.0),
-                );
-                ids.sort_unstable();
-                ids.dedup();
-                r.detail = match (entries.is_empty(), earlier.is_empty()) {
-                    (true, true) => "matched (privacy-max: which entries is not revealed)",
-                    (false, true) => "matched enrolled entries",
-                    (true, false) => "matched an earlier request of the same batch",
-                    (false, false) => "matched enrolled entries and earlier requests of the batch",
-                }
-                .to_owned();
-                r.matched_serial_ids = ids;
-            }
-            (T::Reauth, _) if !present => {
-                r.serial_id = target.0;
-                r.status = ResultStatus::UnknownSerialId as i32;
-                r.detail = "no such serial id".to_owned();
-            }
-            (T::Reauth, Outcome::Reauth(ok)) => {
-                r.serial_id = target.0;
-                r.status = if ok {
-                    ResultStatus::ReauthMatch
-                } else {
-                    ResultStatus::ReauthNoMatch
-                } as i32;
-            }
-            (T::Deletion | T::Reset, Outcome::Apply) if !present => {
-                r.serial_id = target.0;
-                r.status = ResultStatus::UnknownSerialId as i32;
-                r.detail = "no such serial id".to_owned();
-            }
-            (T::Deletion, Outcome::Apply) => {
-                r.serial_id = target.0;
-                r.status = ResultStatus::Deleted as i32;
-                r.detail = "shares overwritten and removed".to_owned();
-                exists.insert(target, false);
-                share_writes.push((target, ShareWrite::Delete));
-            }
-            (T::Reset, Outcome::Apply) => {
-                r.serial_id = target.0;
-                r.status = ResultStatus::Reset as i32;
-                r.detail = "shares replaced".to_owned();
-                share_writes.push((target, ShareWrite::Put(req.shares)));
-            }
-            (_, _) => r.detail = NOT_EVALUATED_DETAIL.to_owned(),
-        }
-        results.push((id, rec, r));
-    }
+    let Planned {
+        results,
+        shares: share_writes,
+        next_serial,
+    } = plan(
+        commit,
+        meta.next_serial,
+        eval,
+        held,
+        outcomes,
+        missing,
+        |s| db.contains(s),
+    );
     drop(db);
-    let timed_out_detail = "timed out: not held by all three nodes with the same digest in time";
-    for (id, digest) in missing {
-        let r = result(
-            &id,
-            &digest,
-            ResultStatus::TimedOut,
-            batch_id,
-            timed_out_detail,
-        );
-        results.push((id, placeholder_record(&digest), r));
-    }
-    for item in &commit.timed_out {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::TimedOut,
-                batch_id,
-                timed_out_detail,
-            );
-            results.push((id, placeholder_record(&item.envelope_digest), r));
-        }
-    }
-    for item in &commit.digest_mismatch {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::DigestMismatch,
-                batch_id,
-                "the nodes received different envelopes under this request id",
-            );
-            results.push((id, placeholder_record(&item.envelope_digest), r));
-        }
-    }
 
     // Sign, keep already-final entries untouched, digest, write.
     let mut h = Sha256::new();
@@ -362,51 +211,6 @@ fn apply_blocking(
         .last_batch
         .set(i64::try_from(batch_id).unwrap_or(i64::MAX));
     Ok(results_digest)
-}
-
-fn record_outcome(o: &Outcome) -> RecordedOutcome {
-    let (kind, entries, earlier): (Kind, &[SerialId], &[usize]) = match o {
-        Outcome::NotEvaluated => (Kind::NotEvaluated, &[], &[]),
-        Outcome::Unique => (Kind::Unique, &[], &[]),
-        Outcome::Match { entries, earlier } => (Kind::Match, entries, earlier),
-        Outcome::Reauth(true) => (Kind::ReauthMatch, &[], &[]),
-        Outcome::Reauth(false) => (Kind::ReauthNoMatch, &[], &[]),
-        Outcome::Apply => (Kind::Apply, &[], &[]),
-    };
-    RecordedOutcome {
-        kind: kind as i32,
-        matched_serial_ids: entries.iter().map(|s| s.0).collect(),
-        matched_earlier: earlier
-            .iter()
-            .map(|&k| u32::try_from(k).unwrap_or(u32::MAX))
-            .collect(),
-    }
-}
-
-fn outcome_from_record(r: &RecordedOutcome) -> Outcome {
-    match Kind::try_from(r.kind).unwrap_or(Kind::Unspecified) {
-        Kind::Unique => Outcome::Unique,
-        Kind::Match => Outcome::Match {
-            entries: r.matched_serial_ids.iter().map(|&s| SerialId(s)).collect(),
-            earlier: r.matched_earlier.iter().map(|&k| k as usize).collect(),
-        },
-        Kind::ReauthMatch => Outcome::Reauth(true),
-        Kind::ReauthNoMatch => Outcome::Reauth(false),
-        Kind::Apply => Outcome::Apply,
-        Kind::NotEvaluated | Kind::Unspecified => Outcome::NotEvaluated,
-    }
-}
-
-fn placeholder_record(digest: &[u8]) -> RequestRecord {
-    RequestRecord {
-        state: RequestState::Final as u32,
-        digest: digest.to_vec(),
-        received_ms: 0,
-        request_type: 0,
-        serial_id: 0,
-        or_policy: false,
-        batch_id: 0,
-    }
 }
 
 /// Encodes and signs a result.

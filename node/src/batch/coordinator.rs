@@ -4,7 +4,7 @@
 //! that is behind (it was down) first gets the batches it missed, replayed
 //! from the batch log, so the three stores converge.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,8 +17,9 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use super::{apply_commit, digest_of};
+use crate::ids::RequestId;
 use crate::node::{now_ms, NodeState};
-use crate::queue::Candidate;
+use crate::queue::{Candidate, PendingQueue};
 use crate::store::RequestState;
 
 /// Clients for the two peers, by party id.
@@ -138,7 +139,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
             .collect(),
     };
     let timeout = state.config.batch.peer_rpc_timeout();
-    let mut votes: HashMap<u8, BatchVote> = HashMap::new();
+    let mut votes: BTreeMap<u8, BatchVote> = BTreeMap::new();
     let mut failure = None;
     let calls = peers.clients.iter().map(|(party, client)| {
         let mut client = client.clone();
@@ -170,35 +171,20 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
         abort(peers, batch_id, timeout).await;
         return Err(f);
     }
-    // Party 0 may lack batches a peer applied (it crashed after an
-    // evaluation the peers stored): fetch them from that peer first.
-    if let Some((party, v)) = votes
-        .iter()
-        .max_by_key(|(_, v)| v.last_applied_batch_id)
-        .filter(|(_, v)| v.last_applied_batch_id > meta.last_applied_batch)
-    {
-        abort(peers, batch_id, timeout).await;
-        fetch_missed(state, peers, *party, batch_id, v.last_applied_batch_id).await?;
-        return Ok(Round::CaughtUp);
-    }
-    // Peers that missed batches get them first.
-    let mut caught_up = false;
-    for (party, v) in &votes {
-        if v.last_applied_batch_id < meta.last_applied_batch {
-            catch_up(
-                state,
-                peers,
-                *party,
-                v.last_applied_batch_id + 1,
-                meta.last_applied_batch,
-            )
-            .await?;
-            caught_up = true;
+    match catching_up(meta.last_applied_batch, &votes) {
+        CatchingUp::Fetch { party, to } => {
+            abort(peers, batch_id, timeout).await;
+            fetch_missed(state, peers, party, batch_id, to).await?;
+            return Ok(Round::CaughtUp);
         }
-    }
-    if caught_up {
-        abort(peers, batch_id, timeout).await;
-        return Ok(Round::CaughtUp);
+        CatchingUp::Replay(behind) => {
+            for (party, from) in behind {
+                catch_up(state, peers, party, from, meta.last_applied_batch).await?;
+            }
+            abort(peers, batch_id, timeout).await;
+            return Ok(Round::CaughtUp);
+        }
+        CatchingUp::No => {}
     }
 
     let mut commit = BatchCommit {
@@ -212,28 +198,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, String> {
         outcomes_recorded: false,
         outcomes: Vec::new(),
     };
-    for (i, c) in candidates.iter().enumerate() {
-        let vs: Vec<Vote> = votes
-            .values()
-            .map(|v| {
-                v.votes
-                    .get(i)
-                    .and_then(|x| Vote::try_from(*x).ok())
-                    .unwrap_or(Vote::Missing)
-            })
-            .collect();
-        let item = || BatchItem {
-            request_id: c.id.0.to_vec(),
-            envelope_digest: c.digest.0.to_vec(),
-        };
-        if vs.iter().all(|v| *v == Vote::Accept) {
-            commit.request_ids.push(c.id.0.to_vec());
-        } else if vs.contains(&Vote::DigestMismatch) {
-            commit.digest_mismatch.push(item());
-        } else if c.received_ms < cutoff || vs.contains(&Vote::AlreadyFinal) {
-            commit.timed_out.push(item());
-        }
-    }
+    tally(&candidates, &votes, cutoff, &mut commit);
     if commit.request_ids.is_empty()
         && commit.timed_out.is_empty()
         && commit.digest_mismatch.is_empty()
@@ -378,37 +343,130 @@ async fn fetch_missed(
     Ok(())
 }
 
+/// Whether the nodes stand at different batches, by the peers' votes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CatchingUp {
+    /// No: every peer has applied exactly this node's last batch.
+    No,
+    /// `party` applied batches up to `to` that this node lacks (it crashed
+    /// after an evaluation the peers stored): fetch them from it first.
+    Fetch {
+        /// The peer that is ahead (the furthest, the lowest id among equals).
+        party: u8,
+        /// Its last applied batch.
+        to: u64,
+    },
+    /// These peers lack batches: replay each, from the first it lacks, up to
+    /// this node's last applied batch.
+    Replay(Vec<(u8, u64)>),
+}
+
+/// Compares the peers' last applied batches with this node's `last_applied`.
+pub fn catching_up(last_applied: u64, votes: &BTreeMap<u8, BatchVote>) -> CatchingUp {
+    let ahead = votes
+        .iter()
+        .filter(|(_, v)| v.last_applied_batch_id > last_applied)
+        .max_by_key(|(party, v)| (v.last_applied_batch_id, std::cmp::Reverse(**party)));
+    if let Some((party, v)) = ahead {
+        return CatchingUp::Fetch {
+            party: *party,
+            to: v.last_applied_batch_id,
+        };
+    }
+    let behind: Vec<(u8, u64)> = votes
+        .iter()
+        .filter(|(_, v)| v.last_applied_batch_id < last_applied)
+        .map(|(party, v)| (*party, v.last_applied_batch_id + 1))
+        .collect();
+    if behind.is_empty() {
+        CatchingUp::No
+    } else {
+        CatchingUp::Replay(behind)
+    }
+}
+
+/// Sorts the proposed `candidates` into `commit` by the peers' votes (one
+/// vote per candidate, in order; an absent or unknown vote counts as
+/// missing): run when every peer accepted; recorded as a digest mismatch
+/// when a peer holds another envelope; timed out when received before
+/// `cutoff_ms` or already final at a peer. The rest stay pending.
+pub fn tally(
+    candidates: &[Candidate],
+    votes: &BTreeMap<u8, BatchVote>,
+    cutoff_ms: u64,
+    commit: &mut BatchCommit,
+) {
+    for (i, c) in candidates.iter().enumerate() {
+        let vs: Vec<Vote> = votes
+            .values()
+            .map(|v| {
+                v.votes
+                    .get(i)
+                    .and_then(|x| Vote::try_from(*x).ok())
+                    .unwrap_or(Vote::Missing)
+            })
+            .collect();
+        let item = || BatchItem {
+            request_id: c.id.0.to_vec(),
+            envelope_digest: c.digest.0.to_vec(),
+        };
+        if vs.iter().all(|v| *v == Vote::Accept) {
+            commit.request_ids.push(c.id.0.to_vec());
+        } else if vs.contains(&Vote::DigestMismatch) {
+            commit.digest_mismatch.push(item());
+        } else if c.received_ms < cutoff_ms || vs.contains(&Vote::AlreadyFinal) {
+            commit.timed_out.push(item());
+        }
+    }
+}
+
 /// Votes on a proposal (parties 1 and 2).
 pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, String> {
     let meta = state.store.meta().map_err(|e| e.to_string())?;
-    let behind = proposal.batch_id != meta.last_applied_batch + 1;
     let mut q = state.queue();
-    q.release_all_but(Some(proposal.batch_id));
+    Ok(vote_on(
+        &mut q,
+        meta.last_applied_batch,
+        proposal,
+        |id| matches!(state.store.request(id), Ok(Some(r)) if r.state() == Some(RequestState::Final)),
+    ))
+}
+
+/// Votes on a proposal against this node's pending `queue`, reserving the
+/// accepted requests for it. A node whose last applied batch is not the one
+/// before the proposal's votes "missing" on everything. `is_final` says
+/// whether the request log holds a request as final.
+pub fn vote_on(
+    queue: &mut PendingQueue,
+    last_applied: u64,
+    proposal: &BatchProposal,
+    is_final: impl Fn(&RequestId) -> bool,
+) -> BatchVote {
+    let behind = proposal.batch_id != last_applied + 1;
+    queue.release_all_but(Some(proposal.batch_id));
     let mut votes = Vec::with_capacity(proposal.items.len());
     for item in &proposal.items {
-        let id = crate::ids::RequestId::from_slice(&item.request_id);
+        let id = RequestId::from_slice(&item.request_id);
         let want = digest_of(&item.envelope_digest);
         let v = match (id, want) {
-            (Some(id), Some(want)) if !behind => match q.digest(&id) {
+            (Some(id), Some(want)) if !behind => match queue.digest(&id) {
                 Some(d) if d == want => {
-                    q.reserve(&id, proposal.batch_id);
+                    queue.reserve(&id, proposal.batch_id);
                     Vote::Accept
                 }
                 Some(_) => Vote::DigestMismatch,
                 // Intake stores a request before queueing it: one that is
                 // stored but still pending is on its way into the queue.
-                None => match state.store.request(&id) {
-                    Ok(Some(r)) if r.state() == Some(RequestState::Final) => Vote::AlreadyFinal,
-                    _ => Vote::Missing,
-                },
+                None if is_final(&id) => Vote::AlreadyFinal,
+                None => Vote::Missing,
             },
             _ => Vote::Missing,
         };
         votes.push(v as i32);
     }
-    Ok(BatchVote {
+    BatchVote {
         batch_id: proposal.batch_id,
         votes,
-        last_applied_batch_id: meta.last_applied_batch,
-    })
+        last_applied_batch_id: last_applied,
+    }
 }

@@ -18,6 +18,23 @@ pub struct Traffic {
     pub rounds: u64,
 }
 
+/// Parses a peer's message that must hold exactly `n` words: what every receive of a round
+/// checks before the words reach the protocol.
+///
+/// # Errors
+/// [`NetworkError::Length`] when the message is not exactly `n` words.
+pub fn words_of_round<W: Word>(from: Peer, n: usize, bytes: &[u8]) -> Result<Vec<W>, NetworkError> {
+    let length_error = || NetworkError::Length {
+        peer: from,
+        expected: n.saturating_mul(W::BYTES),
+        actual: bytes.len(),
+    };
+    if Some(bytes.len()) != n.checked_mul(W::BYTES) {
+        return Err(length_error());
+    }
+    decode(bytes).ok_or_else(length_error)
+}
+
 /// One party's protocol state.
 pub struct Session<'a, T: Transport> {
     party: PartyId,
@@ -82,15 +99,7 @@ impl<'a, T: Transport> Session<'a, T> {
     /// Transport failures, or a message of the wrong size.
     pub fn recv<W: Word>(&mut self, from: Peer, n: usize) -> Result<Vec<W>, NetworkError> {
         let bytes = self.transport.recv(from)?;
-        let expected = n * W::BYTES;
-        if bytes.len() != expected {
-            return Err(NetworkError::Length {
-                peer: from,
-                expected,
-                actual: bytes.len(),
-            });
-        }
-        Ok(decode(&bytes).unwrap_or_default())
+        words_of_round(from, n, &bytes)
     }
 
     /// Counts one communication round.

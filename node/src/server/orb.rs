@@ -52,9 +52,15 @@ impl OrbApi {
     }
 }
 
-fn parse_id(b: &[u8]) -> Result<RequestId, Status> {
+/// The request id of `GetResult`.
+pub(crate) fn parse_id(b: &[u8]) -> Result<RequestId, Status> {
     RequestId::from_slice(b)
         .ok_or_else(|| Status::invalid_argument("request_id must be exactly 16 bytes"))
+}
+
+/// The request ids of `StreamResults` (empty: every new result).
+pub(crate) fn parse_ids(ids: &[Vec<u8>]) -> Result<HashSet<RequestId>, Status> {
+    ids.iter().map(|b| parse_id(b)).collect()
 }
 
 type ResultStream = Pin<Box<dyn Stream<Item = Result<SignedResult, Status>> + Send>>;
@@ -175,12 +181,7 @@ impl OrbService for OrbApi {
         &self,
         request: Request<StreamResultsRequest>,
     ) -> Result<Response<Self::StreamResultsStream>, Status> {
-        let ids = request
-            .into_inner()
-            .request_ids
-            .iter()
-            .map(|b| parse_id(b))
-            .collect::<Result<HashSet<_>, _>>()?;
+        let ids = parse_ids(&request.into_inner().request_ids)?;
         // Subscribe before reading the store so nothing falls in between.
         let mut rx = self.state.results_tx.subscribe();
         let (tx, out) = tokio::sync::mpsc::channel::<Result<SignedResult, Status>>(64);

@@ -86,6 +86,10 @@ impl PeerService for PeerApi {
                 tracing::error!(batch_id, error = %e, "refusing a commit");
                 Err(Status::failed_precondition(e.to_string()))
             }
+            Err(e @ ApplyError::RepeatedRequest(_)) => {
+                tracing::error!(batch_id, error = %e, "refusing a commit");
+                Err(Status::invalid_argument(e.to_string()))
+            }
             Err(e) => Err(Status::internal(e.to_string())),
         }
     }

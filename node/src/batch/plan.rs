@@ -1,0 +1,370 @@
+//! From a commit to results, without a store: the checks a commit must pass
+//! before anything of it runs, and the turning of the outcomes of its
+//! requests into results and share changes. Pure functions, so the three
+//! nodes compute them alike and the `peer_message` fuzz target runs them.
+
+use std::collections::{HashMap, HashSet};
+
+use shared_proto::v1::recorded_outcome::Kind;
+use shared_proto::v1::{BatchCommit, NodeResult, RecordedOutcome, RequestType, ResultStatus};
+
+use super::{ApplyError, EvalRequest, Outcome};
+use crate::ids::{RequestId, SerialId};
+use crate::shares::StoredShares;
+use crate::store::{Meta, RequestRecord, RequestState, ShareWrite};
+
+const NOT_EVALUATED_DETAIL: &str =
+    "not evaluated: no matching pipeline is configured; nothing was enrolled or changed";
+
+/// The result of one request in batch `batch_id` (0: timed out outside a batch).
+pub(super) fn result(
+    id: &RequestId,
+    digest: &[u8],
+    status: ResultStatus,
+    batch_id: u64,
+    detail: &str,
+) -> NodeResult {
+    NodeResult {
+        version: 1,
+        request_id: id.0.to_vec(),
+        envelope_digest: digest.to_vec(),
+        status: status as i32,
+        batch_id,
+        serial_id: 0,
+        matched_serial_ids: Vec::new(),
+        detail: detail.to_owned(),
+    }
+}
+
+/// Checks a commit before anything of it runs: it is the batch after this
+/// node's last applied one, agrees on the next serial id, and names every
+/// request once (a batch already applied is answered from the batch log
+/// before this check). A request named twice would get two results, and
+/// could be enrolled and reported timed out at once.
+///
+/// # Errors
+/// [`ApplyError::Behind`], [`ApplyError::SerialMismatch`] or
+/// [`ApplyError::RepeatedRequest`].
+pub(crate) fn check_commit(commit: &BatchCommit, meta: &Meta) -> Result<(), ApplyError> {
+    if Some(commit.batch_id) != meta.last_applied_batch.checked_add(1) {
+        return Err(ApplyError::Behind {
+            last_applied: meta.last_applied_batch,
+        });
+    }
+    if commit.next_serial_id != meta.next_serial {
+        return Err(ApplyError::SerialMismatch {
+            ours: meta.next_serial,
+            theirs: commit.next_serial_id,
+        });
+    }
+    // Ids that are not 16 bytes name nothing and are skipped everywhere.
+    let listed = commit
+        .timed_out
+        .iter()
+        .chain(&commit.digest_mismatch)
+        .filter_map(|item| RequestId::from_slice(&item.request_id));
+    let mut named = HashSet::new();
+    for id in committed_ids(commit).chain(listed) {
+        if !named.insert(id) {
+            return Err(ApplyError::RepeatedRequest(id));
+        }
+    }
+    Ok(())
+}
+
+/// A held request as the evaluator gets it: its log entry and this party's
+/// shares.
+pub(crate) fn eval_request(
+    id: RequestId,
+    rec: &RequestRecord,
+    shares: StoredShares,
+) -> EvalRequest {
+    EvalRequest {
+        id,
+        request_type: RequestType::try_from(rec.request_type).unwrap_or(RequestType::Unspecified),
+        serial_id: SerialId(rec.serial_id),
+        or_policy: rec.or_policy,
+        shares,
+    }
+}
+
+/// The requests a commit runs, in commit order. An id that is not 16 bytes
+/// names no stored request: it is skipped.
+pub(crate) fn committed_ids(commit: &BatchCommit) -> impl Iterator<Item = RequestId> + '_ {
+    commit
+        .request_ids
+        .iter()
+        .filter_map(|raw| RequestId::from_slice(raw))
+}
+
+/// The outcomes a replayed commit carries, one per request this node runs
+/// (`runs` of them).
+///
+/// # Errors
+/// [`ApplyError::Recorded`] when the counts differ.
+pub(crate) fn recorded_outcomes(
+    commit: &BatchCommit,
+    runs: usize,
+) -> Result<Vec<Outcome>, ApplyError> {
+    if commit.outcomes.len() != runs {
+        return Err(ApplyError::Recorded(format!(
+            "{} outcomes for {} requests",
+            commit.outcomes.len(),
+            runs
+        )));
+    }
+    Ok(commit.outcomes.iter().map(outcome_from_record).collect())
+}
+
+/// The results of a batch and the share changes they make, in commit order,
+/// before signing.
+#[derive(Debug)]
+pub(crate) struct Planned {
+    /// Per answered request: its id, its request log entry (or a
+    /// placeholder) and its result.
+    pub(crate) results: Vec<(RequestId, RequestRecord, NodeResult)>,
+    /// Enrolments, resets and deletions.
+    pub(crate) shares: Vec<(SerialId, ShareWrite)>,
+    /// The serial id the first enrolment after this batch gets.
+    pub(crate) next_serial: u64,
+}
+
+/// Turns the outcomes of the requests this node ran (`eval` with their log
+/// entries `held`, one outcome each) into results and share changes, in
+/// commit order; then answers the committed requests it could not run
+/// (`missing`) and those the commit records as timed out or with differing
+/// digests. Enrolments get serial ids from `next_serial` on; `enrolled` says
+/// whether a serial id is in the share database before the batch.
+pub(crate) fn plan(
+    commit: &BatchCommit,
+    next_serial: u64,
+    eval: Vec<EvalRequest>,
+    held: Vec<(RequestId, RequestRecord)>,
+    outcomes: Vec<Outcome>,
+    missing: Vec<(RequestId, Vec<u8>)>,
+    enrolled: impl Fn(SerialId) -> bool,
+) -> Planned {
+    let batch_id = commit.batch_id;
+    let mut next_serial = next_serial;
+    let mut exists: HashMap<SerialId, bool> = HashMap::new();
+    let mut share_writes = Vec::new();
+    let mut results: Vec<(RequestId, RequestRecord, NodeResult)> = Vec::new();
+    let mut enrolled_at: HashMap<usize, SerialId> = HashMap::new();
+    for (position, ((req, (id, rec)), outcome)) in
+        eval.into_iter().zip(held).zip(outcomes).enumerate()
+    {
+        let mut r = result(&id, &rec.digest, ResultStatus::NotEvaluated, batch_id, "");
+        let target = req.serial_id;
+        let present = exists
+            .get(&target)
+            .copied()
+            .unwrap_or_else(|| enrolled(target));
+        use RequestType as T;
+        match (req.request_type, outcome) {
+            (_, Outcome::NotEvaluated) => r.detail = NOT_EVALUATED_DETAIL.to_owned(),
+            (T::Uniqueness, Outcome::Unique) => {
+                let s = SerialId(next_serial);
+                next_serial += 1;
+                r.status = ResultStatus::UniqueEnrolled as i32;
+                r.serial_id = s.0;
+                r.detail = "unique; enrolled".to_owned();
+                exists.insert(s, true);
+                enrolled_at.insert(position, s);
+                share_writes.push((s, ShareWrite::Put(req.shares)));
+            }
+            (T::UniquenessCheck, Outcome::Unique) => {
+                r.status = ResultStatus::Unique as i32;
+                r.detail = "unique".to_owned();
+            }
+            (T::Uniqueness | T::UniquenessCheck, Outcome::Match { entries, earlier }) => {
+                r.status = ResultStatus::Match as i32;
+                let mut ids: Vec<u64> = entries.iter().map(|s| s.0).collect();
+                ids.extend(
+                    earlier
+                        .iter()
+                        .filter_map(|k| enrolled_at.get(k))
+                        .map(|s| s.0),
+                );
+                ids.sort_unstable();
+                ids.dedup();
+                r.detail = match (entries.is_empty(), earlier.is_empty()) {
+                    (true, true) => "matched (privacy-max: which entries is not revealed)",
+                    (false, true) => "matched enrolled entries",
+                    (true, false) => "matched an earlier request of the same batch",
+                    (false, false) => "matched enrolled entries and earlier requests of the batch",
+                }
+                .to_owned();
+                r.matched_serial_ids = ids;
+            }
+            (T::Reauth, _) if !present => {
+                r.serial_id = target.0;
+                r.status = ResultStatus::UnknownSerialId as i32;
+                r.detail = "no such serial id".to_owned();
+            }
+            (T::Reauth, Outcome::Reauth(ok)) => {
+                r.serial_id = target.0;
+                r.status = if ok {
+                    ResultStatus::ReauthMatch
+                } else {
+                    ResultStatus::ReauthNoMatch
+                } as i32;
+            }
+            (T::Deletion | T::Reset, Outcome::Apply) if !present => {
+                r.serial_id = target.0;
+                r.status = ResultStatus::UnknownSerialId as i32;
+                r.detail = "no such serial id".to_owned();
+            }
+            (T::Deletion, Outcome::Apply) => {
+                r.serial_id = target.0;
+                r.status = ResultStatus::Deleted as i32;
+                r.detail = "shares overwritten and removed".to_owned();
+                exists.insert(target, false);
+                share_writes.push((target, ShareWrite::Delete));
+            }
+            (T::Reset, Outcome::Apply) => {
+                r.serial_id = target.0;
+                r.status = ResultStatus::Reset as i32;
+                r.detail = "shares replaced".to_owned();
+                share_writes.push((target, ShareWrite::Put(req.shares)));
+            }
+            (_, _) => r.detail = NOT_EVALUATED_DETAIL.to_owned(),
+        }
+        results.push((id, rec, r));
+    }
+    let timed_out_detail = "timed out: not held by all three nodes with the same digest in time";
+    for (id, digest) in missing {
+        let r = result(
+            &id,
+            &digest,
+            ResultStatus::TimedOut,
+            batch_id,
+            timed_out_detail,
+        );
+        results.push((id, placeholder_record(&digest), r));
+    }
+    for item in &commit.timed_out {
+        if let Some(id) = RequestId::from_slice(&item.request_id) {
+            let r = result(
+                &id,
+                &item.envelope_digest,
+                ResultStatus::TimedOut,
+                batch_id,
+                timed_out_detail,
+            );
+            results.push((id, placeholder_record(&item.envelope_digest), r));
+        }
+    }
+    for item in &commit.digest_mismatch {
+        if let Some(id) = RequestId::from_slice(&item.request_id) {
+            let r = result(
+                &id,
+                &item.envelope_digest,
+                ResultStatus::DigestMismatch,
+                batch_id,
+                "the nodes received different envelopes under this request id",
+            );
+            results.push((id, placeholder_record(&item.envelope_digest), r));
+        }
+    }
+
+    Planned {
+        results,
+        shares: share_writes,
+        next_serial,
+    }
+}
+
+/// The recorded form of an outcome (batch log, replays).
+pub(crate) fn record_outcome(o: &Outcome) -> RecordedOutcome {
+    let (kind, entries, earlier): (Kind, &[SerialId], &[usize]) = match o {
+        Outcome::NotEvaluated => (Kind::NotEvaluated, &[], &[]),
+        Outcome::Unique => (Kind::Unique, &[], &[]),
+        Outcome::Match { entries, earlier } => (Kind::Match, entries, earlier),
+        Outcome::Reauth(true) => (Kind::ReauthMatch, &[], &[]),
+        Outcome::Reauth(false) => (Kind::ReauthNoMatch, &[], &[]),
+        Outcome::Apply => (Kind::Apply, &[], &[]),
+    };
+    RecordedOutcome {
+        kind: kind as i32,
+        matched_serial_ids: entries.iter().map(|s| s.0).collect(),
+        matched_earlier: earlier
+            .iter()
+            .map(|&k| u32::try_from(k).unwrap_or(u32::MAX))
+            .collect(),
+    }
+}
+
+/// An outcome from its recorded form; an unknown kind is "not evaluated".
+pub(crate) fn outcome_from_record(r: &RecordedOutcome) -> Outcome {
+    match Kind::try_from(r.kind).unwrap_or(Kind::Unspecified) {
+        Kind::Unique => Outcome::Unique,
+        Kind::Match => Outcome::Match {
+            entries: r.matched_serial_ids.iter().map(|&s| SerialId(s)).collect(),
+            earlier: r.matched_earlier.iter().map(|&k| k as usize).collect(),
+        },
+        Kind::ReauthMatch => Outcome::Reauth(true),
+        Kind::ReauthNoMatch => Outcome::Reauth(false),
+        Kind::Apply => Outcome::Apply,
+        Kind::NotEvaluated | Kind::Unspecified => Outcome::NotEvaluated,
+    }
+}
+
+fn placeholder_record(digest: &[u8]) -> RequestRecord {
+    RequestRecord {
+        state: RequestState::Final as u32,
+        digest: digest.to_vec(),
+        received_ms: 0,
+        request_type: 0,
+        serial_id: 0,
+        or_policy: false,
+        batch_id: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared_proto::v1::BatchItem;
+
+    fn commit(request_ids: &[[u8; 16]], timed_out: &[[u8; 16]]) -> BatchCommit {
+        BatchCommit {
+            batch_id: 7,
+            request_ids: request_ids.iter().map(|id| id.to_vec()).collect(),
+            timed_out: timed_out
+                .iter()
+                .map(|id| BatchItem {
+                    request_id: id.to_vec(),
+                    envelope_digest: vec![1; 32],
+                })
+                .collect(),
+            next_serial_id: 4,
+            ..BatchCommit::default()
+        }
+    }
+
+    /// Found by the `peer_message` fuzz target: a commit that ran a request and also
+    /// listed it as timed out answered it twice.
+    #[test]
+    fn a_commit_naming_a_request_twice_is_refused() {
+        let meta = Meta {
+            last_applied_batch: 6,
+            next_serial: 4,
+        };
+        let (a, b) = ([0x12; 16], [0x14; 16]);
+        assert!(check_commit(&commit(&[a, b], &[]), &meta).is_ok());
+        for c in [
+            commit(&[a, b], &[a]),
+            commit(&[a, b, a], &[]),
+            commit(&[b], &[a, a]),
+        ] {
+            assert!(
+                matches!(check_commit(&c, &meta), Err(ApplyError::RepeatedRequest(id)) if id == RequestId(a)),
+                "{c:?}"
+            );
+        }
+        // Malformed ids name nothing: repeating one is not a repeated request.
+        let mut c = commit(&[a], &[]);
+        c.request_ids.extend([vec![1, 2], vec![1, 2]]);
+        assert!(check_commit(&c, &meta).is_ok());
+    }
+}
