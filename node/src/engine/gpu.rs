@@ -855,6 +855,35 @@ mod tests {
         }
     }
 
+    /// The kernel source compiles for the architectures the engine is run on (A100, H100 and
+    /// H200). NVRTC needs no driver or device, so this runs wherever libnvrtc loads: CI
+    /// installs it from the `nvidia-cuda-nvrtc-cu12` wheel.
+    #[test]
+    fn kernels_compile_with_nvrtc() {
+        // SAFETY: this only tries to open the shared library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            println!("kernels_compile_with_nvrtc: SKIPPED, {}", GpuError::NoNvrtc);
+            return;
+        }
+        for arch in ["compute_80", "compute_90"] {
+            let opts = cudarc::nvrtc::CompileOptions {
+                arch: Some(arch),
+                ..Default::default()
+            };
+            let ptx = cudarc::nvrtc::compile_ptx_with_opts(KERNELS_CU, opts)
+                .unwrap_or_else(|e| panic!("{arch}: {e:?}"));
+            let ptx = ptx.to_src();
+            assert!(
+                ptx.contains(".entry combine("),
+                "{arch}: no combine entry point in\n{ptx}"
+            );
+            println!(
+                "kernels_compile_with_nvrtc: {arch}, {} bytes of PTX",
+                ptx.len()
+            );
+        }
+    }
+
     #[test]
     fn gpu_engine_passes_the_parity_suite() {
         let Some(gpu) = engine_or_skip("gpu_engine_passes_the_parity_suite") else {
