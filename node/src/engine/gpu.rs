@@ -464,6 +464,19 @@ pub fn int8_dense_peak(name: &str) -> Option<f64> {
     Some(tops * 1e12)
 }
 
+/// The entry point in [`KERNELS_CU`] that [`Device`] loads.
+const COMBINE_KERNEL: &str = "combine";
+
+/// [`KERNELS_CU`] as PTX: for NVRTC's default virtual architecture, as each device compiles
+/// it at start, or for `arch`.
+fn compile_kernels(arch: Option<&'static str>) -> Result<cudarc::nvrtc::Ptx, CompileError> {
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch,
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(KERNELS_CU, opts)
+}
+
 /// One device: its context, stream, kernel, cuBLAS handle and scratch buffers.
 struct Device {
     ctx: Arc<CudaContext>,
@@ -477,8 +490,8 @@ impl Device {
     fn new(ordinal: usize) -> Result<Device, GpuError> {
         let ctx = CudaContext::new(ordinal)?;
         let stream = ctx.new_stream()?;
-        let ptx = cudarc::nvrtc::compile_ptx(KERNELS_CU)?;
-        let combine = ctx.load_module(ptx)?.load_function("combine")?;
+        let ptx = compile_kernels(None)?;
+        let combine = ctx.load_module(ptx)?.load_function(COMBINE_KERNEL)?;
         let blas = CudaBlas::new(stream.clone())?;
         let scratch = Scratch::new(&stream)?;
         Ok(Device {
@@ -855,8 +868,9 @@ mod tests {
         }
     }
 
-    /// The kernel source compiles for the architectures the engine is run on (A100, H100 and
-    /// H200). NVRTC needs no driver or device, so this runs wherever libnvrtc loads: CI
+    /// The kernel source compiles as each device compiles it at start, and for the
+    /// architectures the engine is run on (A100, H100 and H200), with the entry point the
+    /// device loads. NVRTC needs no driver or device, so this runs wherever libnvrtc loads: CI
     /// installs it from the `nvidia-cuda-nvrtc-cu12` wheel.
     #[test]
     fn kernels_compile_with_nvrtc() {
@@ -865,20 +879,17 @@ mod tests {
             println!("kernels_compile_with_nvrtc: SKIPPED, {}", GpuError::NoNvrtc);
             return;
         }
-        for arch in ["compute_80", "compute_90"] {
-            let opts = cudarc::nvrtc::CompileOptions {
-                arch: Some(arch),
-                ..Default::default()
-            };
-            let ptx = cudarc::nvrtc::compile_ptx_with_opts(KERNELS_CU, opts)
-                .unwrap_or_else(|e| panic!("{arch}: {e:?}"));
-            let ptx = ptx.to_src();
+        for arch in [None, Some("compute_80"), Some("compute_90")] {
+            let ptx = compile_kernels(arch)
+                .unwrap_or_else(|e| panic!("{arch:?}: {e:?}"))
+                .to_src();
             assert!(
-                ptx.contains(".entry combine("),
-                "{arch}: no combine entry point in\n{ptx}"
+                ptx.contains(&format!(".entry {COMBINE_KERNEL}(")),
+                "{arch:?}: no {COMBINE_KERNEL} entry point in\n{ptx}"
             );
             println!(
-                "kernels_compile_with_nvrtc: {arch}, {} bytes of PTX",
+                "kernels_compile_with_nvrtc: {}, {} bytes of PTX",
+                arch.unwrap_or("NVRTC's default architecture"),
                 ptx.len()
             );
         }
