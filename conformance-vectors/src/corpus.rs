@@ -1,19 +1,15 @@
-//! The fuzz seed corpus, built from the checked-in vectors: `fuzz/corpus/<target>/<name>`.
+//! The SDK fuzz targets' seed corpus, built from the checked-in vectors:
+//! `fuzz/corpus/<target>/<name>`, the vector inputs as they are.
 //!
-//! The SDK targets' seeds are vector inputs as they are. The node targets' seeds come from
-//! the node's fuzz fixtures (`ocelli_node::fuzzing`): node-to-node messages its own code
-//! builds, the sealing vectors' requests sealed again to the fixture's intake keys, and the
-//! node config that `keygen` writes.
+//! The node targets' seeds (`peer_message`, `orb_request`, `config`) come from the node's fuzz
+//! fixtures and are written by the node's own test, `node/tests/fuzz_corpus.rs`, so the
+//! vectors do not depend on the service.
 
 use std::path::Path;
 
-use ocelli_node::fuzzing::{self as node_fuzzing, INTAKE_NOW_MS};
-use sdk_orb::envelope::{
-    encode_payload, open_payload, payload_len, seal_envelope_to_vec, EnvelopeView,
-};
+use sdk_orb::envelope::{encode_payload, open_payload, payload_len, EnvelopeView};
 use sdk_orb::{PartyId, RequestId};
 
-use crate::common::rng;
 use crate::families::{envelope_rejections, envelope_sealing, payload_rejections, template_codec};
 use crate::{load_file, Error};
 
@@ -106,135 +102,5 @@ pub fn write_corpus(vectors: &Path, out: &Path) -> Result<Summary, Error> {
         .targets
         .push(("payload", payloads.vectors.len() + 1));
 
-    let dir = out.join("peer_message");
-    let seeds = node_fuzzing::peer_message_seeds();
-    for (name, bytes) in &seeds {
-        write(&dir, name, bytes)?;
-    }
-    summary.targets.push(("peer_message", seeds.len()));
-
-    let n = orb_request_corpus(&sealing, &out.join("orb_request"))?;
-    summary.targets.push(("orb_request", n));
-
-    let n = config_corpus(&out.join("config"))?;
-    summary.targets.push(("config", n));
     Ok(summary)
-}
-
-/// The sealing vectors' requests and irises, sealed with the vectors' RNG seeds to the
-/// node fixture's keys and captured at its clock (so every party's intake accepts them),
-/// then result requests for their ids.
-fn orb_request_corpus(
-    sealing: &crate::format::VectorFile<envelope_sealing::Case>,
-    dir: &Path,
-) -> Result<usize, Error> {
-    let (nodes, orb) = node_fuzzing::intake_keys();
-    let mut ids = Vec::new();
-    let mut n = 0;
-    for v in &sealing.vectors {
-        let envelope_sealing::Case::Seal {
-            rng_seed,
-            request,
-            left,
-            right,
-            ..
-        } = &v.case;
-        let mut meta = request.meta()?;
-        meta.timestamp_ms = INTAKE_NOW_MS;
-        let envelope = seal_envelope_to_vec(
-            &mut rng(&rng_seed.array::<32>("rng_seed")?),
-            &meta,
-            &left.template()?,
-            &right.template()?,
-            &nodes,
-            &orb,
-        )
-        .map_err(|e| Error(format!("envelope_sealing #{}: {e}", v.id)))?;
-        let name = format!("submit-envelope_sealing-{:02}", v.id);
-        write(dir, &name, &node_fuzzing::submit_input(&envelope))?;
-        ids.push(meta.request_id.0);
-        n += 1;
-    }
-    let first = ids
-        .first()
-        .ok_or_else(|| Error("envelope_sealing: no vectors".to_string()))?;
-    let id_refs: Vec<&[u8]> = ids.iter().map(|id| &id[..]).collect();
-    let small = [
-        ("submit-empty", node_fuzzing::submit_input(&[])),
-        ("get_result", node_fuzzing::get_result_input(first)),
-        (
-            "get_result-short-id",
-            node_fuzzing::get_result_input(&first[..15]),
-        ),
-        (
-            "stream_results",
-            node_fuzzing::stream_results_input(&id_refs),
-        ),
-        (
-            "stream_results-all",
-            node_fuzzing::stream_results_input(&[]),
-        ),
-    ];
-    for (name, bytes) in &small {
-        write(dir, name, bytes)?;
-    }
-    Ok(n + small.len())
-}
-
-/// The configs `keygen` writes for the three parties, and variants: overrides, optional
-/// sections left out, and invalid values.
-fn config_corpus(dir: &Path) -> Result<usize, Error> {
-    use ocelli_node::keys::sample_config;
-    let party1 = sample_config(1, 50050);
-    let minimal = "party_id = 2\ndata_dir = \"d\"\n\
-        [listen]\norb = \"[::1]:1\"\npeer = \"[::1]:2\"\nmetrics = \"0.0.0.0:3\"\n\
-        [tls]\nca = \"ca.pem\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
-        [keys]\nhpke_secret = \"h\"\nresult_signing = \"r\"\norb_allow_list = \"o\"\n\
-        [matching]\nenabled = false\n\
-        [[peers]]\nparty_id = 0\naddress = \"10.0.0.1:4\"\ncert = \"p0.pem\"\n\
-        [[peers]]\nparty_id = 1\naddress = \"10.0.0.2:5\"\ncert = \"p1.pem\"\n\
-        server_name = \"node1.example\"\n";
-    let seeds = [
-        (
-            "sample-party0",
-            node_fuzzing::config_input(&sample_config(0, 50050), &[]),
-        ),
-        ("sample-party1", node_fuzzing::config_input(&party1, &[])),
-        (
-            "sample-party2",
-            node_fuzzing::config_input(&sample_config(2, 7000), &[]),
-        ),
-        (
-            "sample-party1-overrides",
-            node_fuzzing::config_input(
-                &party1,
-                &[
-                    ("OCELLI_PARTY_ID", "2"),
-                    ("OCELLI_LISTEN_ORB", "[::1]:9000"),
-                    ("OCELLI_BATCH_MAX_SIZE", "128"),
-                    ("OCELLI_MATCHING_THRESHOLD", "0.3"),
-                    ("OCELLI_MATCHING_PRIVACY_MAX", "true"),
-                ],
-            ),
-        ),
-        (
-            "sample-party1-bad-override",
-            node_fuzzing::config_input(&party1, &[("OCELLI_INTAKE_MAX_ENVELOPE_BYTES", "-1")]),
-        ),
-        (
-            "sample-party1-bad-threshold",
-            node_fuzzing::config_input(
-                &party1.replace("threshold = 0.345", "threshold = nan"),
-                &[],
-            ),
-        ),
-        (
-            "minimal-matching-off",
-            node_fuzzing::config_input(minimal, &[]),
-        ),
-    ];
-    for (name, bytes) in &seeds {
-        write(dir, name, bytes)?;
-    }
-    Ok(seeds.len())
 }

@@ -66,7 +66,7 @@ impl<C> Vector<C> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Flag {
-    /// Input taken from the open-iris fixtures (`shared/vectors/open-iris/`).
+    /// Input taken from the open-iris fixtures (`sdk-orb/testdata/open-iris/`).
     OpenIrisFixture,
     /// Input drawn from a seeded RNG.
     Synthetic,

@@ -26,7 +26,7 @@ pub mod format;
 use format::{Vector, VectorFile, FORMAT, FORMAT_VERSION};
 
 /// A family of vectors: one file `vectors/<name>.json`. The SDK families come first, then the
-/// node-side ones (`comparison`, `requests`), which replay through `ocelli_node`.
+/// node-side ones (`comparison`, `requests`), which replay through the protocol core, `ocelli_mpc`.
 #[derive(
     Clone,
     Copy,
@@ -155,9 +155,9 @@ impl From<String> for Error {
 /// Inputs the generator reads besides the SDK: the open-iris fixtures.
 #[derive(Clone, Debug)]
 pub struct Sources {
-    /// `shared/vectors/open-iris/random_pair.json`, parsed.
+    /// `random_pair.json`, parsed.
     pub random_pair: serde_json::Value,
-    /// `shared/vectors/open-iris/all_rotations.json`, parsed.
+    /// `all_rotations.json`, parsed.
     pub all_rotations: serde_json::Value,
 }
 
@@ -179,9 +179,10 @@ impl Sources {
         })
     }
 
-    /// The fixtures beside the repository: `<repo>/../shared/vectors/open-iris`.
+    /// The fixtures in the repository: `sdk-orb/testdata/open-iris` (their origin and
+    /// licences are in its README).
     pub fn default_dir() -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors/open-iris")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk-orb/testdata/open-iris")
     }
 }
 

@@ -25,7 +25,7 @@ enum Command {
         /// Output directory [default: the crate's vectors/].
         #[arg(long)]
         out: Option<PathBuf>,
-        /// The open-iris fixtures [default: ../shared/vectors/open-iris beside the repo].
+        /// The open-iris fixtures [default: sdk-orb/testdata/open-iris in the repository].
         #[arg(long)]
         open_iris: Option<PathBuf>,
     },

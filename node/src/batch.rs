@@ -1,27 +1,105 @@
-//! Batches: what a batch computes ([`BatchEvaluator`]), how its results are
-//! applied identically on all three nodes ([`apply_commit`], planned by pure
-//! functions in `plan`), and the agreement on which requests form it (party
-//! 0's [`coordinator`]).
+//! Batches: what a batch computes ([`BatchEvaluator`]) and the pure functions that plan how
+//! its results are applied identically on all three nodes (`plan`). Agreeing on a batch and
+//! applying it to a node's state is [`crate::agreement`].
 //!
 //! The production evaluator is the three-party matching pipeline
 //! ([`crate::matching::MpcEvaluator`]). [`NotEvaluated`] answers every request
 //! "not evaluated" and changes nothing; no result claims a decision that was
 //! not computed.
 
-mod apply;
-pub mod coordinator;
-mod plan;
+pub(crate) mod plan;
 
-use shared_proto::v1::RequestType;
+use ocelli_mpc::requests::PublicRequest;
+use sdk_orb::RequestType;
 
-pub(crate) use self::apply::digest_of;
-pub use self::apply::{apply_commit, status_label, sweep_expired, ApplyError};
-pub(crate) use self::plan::{
-    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, Planned,
-};
+pub use ocelli_mpc::requests::Outcome;
+
 use crate::ids::{RequestId, SerialId};
-use crate::node::NodeState;
+use crate::links::{LinkHub, Peers};
+use crate::metrics::Metrics;
 use crate::shares::{ShareDb, StoredShares};
+use crate::store::StoreError;
+
+/// Why a commit could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// This node has not applied the previous batch yet.
+    #[error("behind: last applied batch is {last_applied}")]
+    Behind {
+        /// The last batch this node applied.
+        last_applied: u64,
+    },
+    /// The serial counters disagree.
+    #[error("serial id mismatch: this node would assign {ours}, the commit says {theirs}")]
+    SerialMismatch {
+        /// This node's next serial id.
+        ours: u64,
+        /// The commit's.
+        theirs: u64,
+    },
+    /// Storage failed; nothing was applied.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The blocking task failed.
+    #[error("apply task failed")]
+    Join,
+    /// The evaluation failed (a peer went away); nothing was applied.
+    #[error("evaluation failed: {0}")]
+    Evaluation(#[from] EvalError),
+    /// A replayed commit's recorded outcomes do not fit its requests.
+    #[error("recorded outcomes do not match the batch: {0}")]
+    Recorded(String),
+    /// The commit names a request more than once (to run, as timed out or
+    /// as a digest mismatch); party 0 never does.
+    #[error("the commit names request {0} more than once")]
+    RepeatedRequest(RequestId),
+}
+
+/// Why a batch could not be evaluated; nothing of it is applied.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// The peer clients are not set up (the node is not serving).
+    #[error("peer clients are not set up (the node is not serving)")]
+    NotServing,
+    /// No client is configured for a peer.
+    #[error("no client for party {0}")]
+    NoClient(u8),
+    /// A link to a peer could not be opened.
+    #[error("opening the link to party {party}: {reason}")]
+    Link {
+        /// The peer.
+        party: u8,
+        /// What the transport said.
+        reason: String,
+    },
+    /// A link closed before the session's nonces were exchanged.
+    #[error("link to party {0} closed")]
+    LinkClosed(u8),
+    /// A peer sent no nonce, or a malformed one.
+    #[error("no valid nonce from party {0}")]
+    Nonce(u8),
+    /// A protocol round failed.
+    #[error("batch {batch_id}: {source}")]
+    Network {
+        /// The batch.
+        batch_id: u64,
+        /// What failed.
+        source: ocelli_mpc::NetworkError,
+    },
+    /// The engine cannot work on this database.
+    #[error(transparent)]
+    Engine(#[from] ocelli_mpc::EngineError),
+    /// An evaluator broke its contract.
+    #[error("{evaluator} returned {outcomes} outcomes for {requests} requests")]
+    OutcomeCount {
+        /// The evaluator.
+        evaluator: &'static str,
+        /// Outcomes returned.
+        outcomes: usize,
+        /// Requests given.
+        requests: usize,
+    },
+}
 
 /// One request of a batch, with this party's shares.
 #[derive(Debug)]
@@ -38,34 +116,27 @@ pub struct EvalRequest {
     pub shares: StoredShares,
 }
 
-/// What the evaluator decided for one request.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Nothing was computed: the request is answered "not evaluated".
-    NotEvaluated,
-    /// No match (uniqueness: enrol; uniqueness check: report).
-    Unique,
-    /// Matched: these enrolled entries and these earlier requests of the batch
-    /// (by position among the batch's requests). Both empty in the privacy-max
-    /// mode, where only the fact of a match is opened.
-    Match {
-        /// Matched enrolled entries.
-        entries: Vec<SerialId>,
-        /// Matched earlier requests of the batch.
-        earlier: Vec<usize>,
-    },
-    /// Re-authentication matched / did not match.
-    Reauth(bool),
-    /// Carry out a deletion or reset.
-    Apply,
+impl EvalRequest {
+    /// What the three parties know of the request in the clear.
+    pub fn public(&self) -> PublicRequest {
+        PublicRequest {
+            request_type: self.request_type,
+            serial_id: self.serial_id,
+            or_policy: self.or_policy,
+        }
+    }
 }
 
-/// What an evaluator gets besides the requests: the node, and the names of
-/// this batch and of its MPC session.
+/// What an evaluator gets besides the requests: the node's links to its peers,
+/// its metrics, and the names of this batch and of its MPC session.
 #[derive(Debug)]
 pub struct EvalContext<'a> {
-    /// The node.
-    pub state: &'a NodeState,
+    /// Incoming MPC links.
+    pub links: &'a LinkHub,
+    /// Clients for dialling the peers (`None` until the node serves).
+    pub peers: Option<&'a Peers>,
+    /// The node's metrics.
+    pub metrics: &'a Metrics,
     /// The batch.
     pub batch_id: u64,
     /// The MPC session of this commit attempt (the same on all three nodes).
@@ -83,7 +154,7 @@ pub trait BatchEvaluator: Send + Sync + std::fmt::Debug + 'static {
     ///
     /// # Errors
     /// The evaluator cannot work on this database; the node does not start.
-    fn prepare(&self, db: &ShareDb) -> Result<(), String> {
+    fn prepare(&self, db: &ShareDb) -> Result<(), EvalError> {
         let _ = db;
         Ok(())
     }
@@ -98,7 +169,7 @@ pub trait BatchEvaluator: Send + Sync + std::fmt::Debug + 'static {
         ctx: &EvalContext<'_>,
         requests: &[EvalRequest],
         db: &ShareDb,
-    ) -> Result<Vec<Outcome>, String>;
+    ) -> Result<Vec<Outcome>, EvalError>;
 }
 
 /// Evaluates nothing.
@@ -114,7 +185,7 @@ impl BatchEvaluator for NotEvaluated {
         _: &EvalContext<'_>,
         requests: &[EvalRequest],
         _: &ShareDb,
-    ) -> Result<Vec<Outcome>, String> {
+    ) -> Result<Vec<Outcome>, EvalError> {
         Ok(vec![Outcome::NotEvaluated; requests.len()])
     }
 }
@@ -135,13 +206,13 @@ impl BatchEvaluator for DangerEnrolEverythingForTests {
         _: &EvalContext<'_>,
         requests: &[EvalRequest],
         _: &ShareDb,
-    ) -> Result<Vec<Outcome>, String> {
+    ) -> Result<Vec<Outcome>, EvalError> {
         Ok(requests
             .iter()
             .map(|r| match r.request_type {
                 RequestType::Uniqueness | RequestType::UniquenessCheck => Outcome::Unique,
                 RequestType::Deletion | RequestType::Reset => Outcome::Apply,
-                _ => Outcome::NotEvaluated,
+                RequestType::Reauth => Outcome::NotEvaluated,
             })
             .collect())
     }

@@ -91,7 +91,7 @@ pub struct MatchingConfig {
     /// Comparisons per pass, at most (bounds memory: about 100 bytes each).
     pub max_pass_comparisons: usize,
     /// The dot-product engine: `cpu`, or `gpu` (a build with the `gpu` feature).
-    pub engine: crate::engine::EngineKind,
+    pub engine: ocelli_mpc::engine::EngineKind,
     /// CUDA devices of the GPU engine; several hold contiguous shards of the database.
     pub gpu_devices: Vec<usize>,
     /// Threads of the CPU engine; 0 = one per core.
@@ -104,11 +104,11 @@ impl Default for MatchingConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            threshold: 0.345,
+            threshold: sdk_orb::plaintext::DEFAULT_THRESHOLD,
             privacy_max: false,
             chunk_entries: 4096,
             max_pass_comparisons: 1 << 20,
-            engine: crate::engine::EngineKind::Cpu,
+            engine: ocelli_mpc::engine::EngineKind::Cpu,
             gpu_devices: vec![0],
             threads: 0,
             round_timeout_ms: 120_000,
@@ -369,12 +369,12 @@ impl NodeConfig {
             return bad("matching.max_pass_comparisons must be at least 62");
         }
         if self.matching.enabled
-            && self.matching.engine == crate::engine::EngineKind::Gpu
+            && self.matching.engine == ocelli_mpc::engine::EngineKind::Gpu
             && !cfg!(feature = "gpu")
         {
             return Err(ConfigError::Invalid(format!(
                 "matching.engine = \"gpu\": {}",
-                crate::engine::GPU_NOT_BUILT
+                ocelli_mpc::EngineError::GpuNotBuilt
             )));
         }
         if self.matching.gpu_devices.is_empty() {

@@ -2,7 +2,7 @@
 //! stores and real TLS; enrols synthetic people through real envelopes, then
 //! submits new people and re-captures of enrolled ones, and reports what the
 //! three-party matching decided against what the synthetic model says is
-//! true. The synthetic model is documented in [`crate::synthetic`].
+//! true. The synthetic model is documented in [`ocelli_mpc::synthetic`].
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use shared_proto::v1::{NodeResult, ResultStatus};
 
 use crate::cluster::{Deployment, LocalCluster, Orb, ToolError};
 use crate::node::now_ms;
-use crate::synthetic;
+use ocelli_mpc::synthetic;
 
 /// What the demo runs.
 #[derive(Clone, Debug)]

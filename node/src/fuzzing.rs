@@ -25,16 +25,16 @@ pub use self::fixture::{
     peer_tag, stream_results_input, submit_input, INTAKE_NOW_MS,
 };
 use self::fixture::{fixture_meta, fixture_queue, intake_policies};
-use crate::batch::coordinator::{catching_up, tally, vote_on, CatchingUp};
-use crate::batch::Planned;
+use crate::agreement::coordinator::{catching_up, tally, vote_on, CatchingUp};
+use crate::batch::plan::Planned;
 use crate::config::NodeConfig;
 use crate::ids::RequestId;
 use crate::intake::RejectReason;
-use crate::mpc::session::words_of_round;
-use crate::mpc::share::{encode, Word};
-use crate::mpc::Peer;
 use crate::shares::StoredShares;
 use crate::store::{RequestRecord, RequestState};
+use ocelli_mpc::session::words_of_round;
+use ocelli_mpc::share::{encode, Word};
+use ocelli_mpc::Peer;
 
 /// Node-to-node messages: decode the message the first byte names, run the receiving
 /// node's own checks on it against [`peer_fixture`], and check that whatever decodes
@@ -203,29 +203,28 @@ fn proposal(p: &BatchProposal) {
 /// outcomes turned into results and share changes.
 fn commit(c: &BatchCommit) {
     let meta = fixture_meta();
-    if crate::batch::check_commit(c, &meta).is_err() {
+    if crate::batch::plan::check_commit(c, &meta).is_err() {
         return;
     }
     let mut eval = Vec::new();
     let mut held = Vec::new();
     let mut missing = Vec::new();
-    for id in crate::batch::committed_ids(c) {
+    for id in crate::batch::plan::committed_ids(c) {
         match peer_fixture::PENDING.iter().find(|p| p.id == id.0) {
             Some(p) => {
                 let rec = RequestRecord {
                     state: RequestState::Pending as u32,
                     digest: p.digest.to_vec(),
                     received_ms: p.received_ms,
-                    request_type: p.request_type as i32,
+                    request_type: RequestRecord::encode_request_type(p.request_type),
                     serial_id: p.serial_id,
                     or_policy: false,
                     batch_id: 0,
                 };
-                eval.push(crate::batch::eval_request(
-                    id,
-                    &rec,
-                    StoredShares::build(|_| {}),
-                ));
+                eval.push(
+                    crate::batch::plan::eval_request(id, &rec, StoredShares::build(|_| {}))
+                        .expect("the fixture's request types are known"),
+                );
                 held.push((id, rec));
             }
             None => missing.push((id, Vec::new())),
@@ -236,16 +235,19 @@ fn commit(c: &BatchCommit) {
     if !c.outcomes_recorded {
         return;
     }
-    let Ok(outcomes) = crate::batch::recorded_outcomes(c, eval.len()) else {
+    let Ok(outcomes) = crate::batch::plan::recorded_outcomes(c, eval.len()) else {
         return;
     };
     // The batch log keeps the outcomes; a replay must read back the same ones.
     let mut logged = c.clone();
-    logged.outcomes = outcomes.iter().map(crate::batch::record_outcome).collect();
+    logged.outcomes = outcomes
+        .iter()
+        .map(crate::batch::plan::record_outcome)
+        .collect();
     let replayed =
         BatchCommit::decode(logged.encode_to_vec().as_slice()).expect("a logged commit decodes");
     assert!(
-        crate::batch::recorded_outcomes(&replayed, eval.len()).ok() == Some(outcomes.clone()),
+        crate::batch::plan::recorded_outcomes(&replayed, eval.len()).ok() == Some(outcomes.clone()),
         "replayed outcomes differ"
     );
 
@@ -255,7 +257,7 @@ fn commit(c: &BatchCommit) {
         results,
         shares,
         next_serial,
-    } = crate::batch::plan(c, meta.next_serial, eval, held, outcomes, missing, |s| {
+    } = crate::batch::plan::plan(c, meta.next_serial, eval, held, outcomes, missing, |s| {
         peer_fixture::ENROLLED.contains(&s.0)
     });
     let listed = c
@@ -420,14 +422,14 @@ mod tests {
             .expect("seed present");
         let c = BatchCommit::decode(&input[1..]).expect("decodes");
         assert_eq!(c.request_ids.len(), 5);
-        assert_eq!(crate::batch::committed_ids(&c).count(), 5);
-        assert!(crate::batch::check_commit(&c, &fixture_meta()).is_ok());
+        assert_eq!(crate::batch::plan::committed_ids(&c).count(), 5);
+        assert!(crate::batch::plan::check_commit(&c, &fixture_meta()).is_ok());
         let (_, input) = seeds
             .iter()
             .find(|(n, _)| *n == "commit-repeated-request")
             .expect("seed present");
         let c = BatchCommit::decode(&input[1..]).expect("decodes");
-        assert!(crate::batch::check_commit(&c, &fixture_meta()).is_err());
+        assert!(crate::batch::plan::check_commit(&c, &fixture_meta()).is_err());
         // The mixed vote: accept, already final, digest mismatch, accept, accept.
         let (_, input) = seeds
             .iter()

@@ -13,6 +13,7 @@ use sdk_orb::PartyId;
 
 use crate::ids::{EnvelopeDigest, RequestId};
 use crate::shares::StoredShares;
+use crate::store::StoreError;
 
 /// gRPC metadata key carrying the machine-readable rejection reason.
 pub const REJECT_REASON_KEY: &str = "ocelli-reject-reason";
@@ -216,8 +217,8 @@ pub struct Accepted {
     pub id: RequestId,
     /// Envelope digest.
     pub digest: EnvelopeDigest,
-    /// `ocelli.v1.RequestType` as i32.
-    pub request_type: i32,
+    /// Request type.
+    pub request_type: sdk_orb::RequestType,
     /// Target serial id.
     pub serial_id: u64,
     /// OR policy.
@@ -226,35 +227,33 @@ pub struct Accepted {
     pub shares: StoredShares,
 }
 
-/// Request type as the proto enum value.
-pub fn request_type_i32(t: sdk_orb::RequestType) -> i32 {
-    use sdk_orb::RequestType as T;
-    use shared_proto::v1::RequestType as P;
-    (match t {
-        T::Uniqueness => P::Uniqueness,
-        T::UniquenessCheck => P::UniquenessCheck,
-        T::Deletion => P::Deletion,
-        T::Reauth => P::Reauth,
-        T::Reset => P::Reset,
-    }) as i32
+/// Why the intake policy cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum IntakeSetupError {
+    /// The party id is not 0, 1 or 2.
+    #[error("{0}")]
+    Party(sdk_orb::InvalidPartyId),
+    /// The HPKE secret is not a valid X25519 key.
+    #[error("invalid HPKE secret key")]
+    HpkeSecret,
 }
 
 impl IntakePolicy {
     /// Builds the policy.
     ///
     /// # Errors
-    /// `party` is not 0, 1 or 2.
+    /// `party` is not 0, 1 or 2, or the secret is not an X25519 key.
     pub fn new(
         party: u8,
         secret_bytes: &[u8; 32],
         orb_keys: impl IntoIterator<Item = ed25519_dalek::VerifyingKey>,
         cfg: &crate::config::IntakeConfig,
-    ) -> Result<Self, String> {
-        let party = PartyId::try_from(party).map_err(|_| "party id must be 0..=2".to_owned())?;
+    ) -> Result<Self, IntakeSetupError> {
+        let party = PartyId::try_from(party).map_err(IntakeSetupError::Party)?;
         Ok(Self {
             party,
             secret: NodeSecretKey::from_bytes(secret_bytes)
-                .map_err(|_| "invalid HPKE secret key".to_owned())?,
+                .map_err(|_| IntakeSetupError::HpkeSecret)?,
             orb_keys: orb_keys.into_iter().map(|k| k.to_bytes()).collect(),
             freshness_ms: cfg.freshness_window_s.saturating_mul(1000),
             future_ms: cfg.max_future_skew_s.saturating_mul(1000),
@@ -271,7 +270,7 @@ impl IntakePolicy {
         &self,
         bytes: &[u8],
         now_ms: u64,
-        seen: impl FnOnce(&RequestId) -> Result<bool, String>,
+        seen: impl FnOnce(&RequestId) -> Result<bool, StoreError>,
     ) -> Result<Accepted, Rejection> {
         if bytes.len() > self.max_bytes {
             return Err(Rejection::new(
@@ -317,7 +316,7 @@ impl IntakePolicy {
                     format!("request id {id} was already received"),
                 ))
             }
-            Err(e) => return Err(Rejection::new(RejectReason::Internal, e)),
+            Err(e) => return Err(Rejection::new(RejectReason::Internal, e.to_string())),
         }
         let payload =
             sdk_orb::envelope::open_payload(&view, self.party, &self.secret).map_err(from_sdk)?;
@@ -325,7 +324,7 @@ impl IntakePolicy {
         Ok(Accepted {
             id,
             digest: EnvelopeDigest(view.digest().0),
-            request_type: request_type_i32(view.request_type()),
+            request_type: view.request_type(),
             serial_id: view.serial_id(),
             or_policy: view.or_policy(),
             shares,

@@ -298,8 +298,12 @@ pub fn sample_config(party: u8, base: u16) -> String {
     s.push_str(
         "\n[intake]\nfreshness_window_s = 300\nmax_future_skew_s = 30\n\n\
          [batch]\nmax_size = 64\ninterval_ms = 200\nrequest_timeout_ms = 30000\n\n\
-         [matching]\nenabled = true\nthreshold = 0.345\nprivacy_max = false\n",
+         [matching]\nenabled = true\n",
     );
+    s.push_str(&format!(
+        "threshold = {}\nprivacy_max = false\n",
+        sdk_orb::plaintext::DEFAULT_THRESHOLD
+    ));
     s
 }
 

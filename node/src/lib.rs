@@ -8,16 +8,15 @@
 //! checks envelopes; [`store`] keeps everything durable; [`batch`] agrees on
 //! and applies batches; [`links`] carries MPC round traffic between parties;
 //! [`client`] is what orbs and tests use.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![deny(missing_docs, clippy::unwrap_used)]
 
+pub mod agreement;
 pub mod batch;
-pub mod bench;
 pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod demo;
-pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ids;
@@ -26,12 +25,9 @@ pub mod keys;
 pub mod links;
 pub mod matching;
 pub mod metrics;
-pub mod mpc;
 pub mod node;
-pub mod pipeline;
 pub mod queue;
 pub mod server;
 pub mod shares;
 pub mod store;
-pub mod synthetic;
 pub mod tls;

@@ -19,13 +19,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use shared_proto::v1::peer_service_client::PeerServiceClient;
+
 use shared_proto::v1::MpcFrame;
 use tokio::sync::Notify;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
-pub use crate::mpc::network::Outbound;
+pub use ocelli_mpc::network::Outbound;
 
 /// One end of a link to one peer.
 pub struct MpcLink {
@@ -181,4 +182,63 @@ pub async fn dial(client: &PeerServiceClient<Channel>, session: u64) -> Result<M
             .is_ok()
     });
     Ok(MpcLink { send, recv: in_rx })
+}
+
+/// Clients for the two peers, by party id.
+#[derive(Clone, Debug)]
+pub struct Peers {
+    pub(crate) clients: Vec<(u8, PeerServiceClient<Channel>)>,
+}
+
+/// Why the peer clients could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum PeersError {
+    /// The TLS set-up has no client configuration for a configured peer.
+    #[error("no TLS client config for party {0}")]
+    NoTlsConfig(u8),
+    /// A peer's address or server name is unusable.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+}
+
+impl Peers {
+    /// Lazily connecting mTLS clients for every configured peer.
+    ///
+    /// # Errors
+    /// Bad TLS material or addresses.
+    pub fn connect(
+        config: &crate::config::NodeConfig,
+        tls: &crate::tls::NodeTls,
+    ) -> Result<Self, PeersError> {
+        let mut clients = Vec::new();
+        for p in &config.peers {
+            let cfg = tls
+                .peer_clients
+                .get(&p.party_id)
+                .ok_or(PeersError::NoTlsConfig(p.party_id))?;
+            let name = p
+                .server_name
+                .clone()
+                .unwrap_or_else(|| p.address.ip().to_string());
+            let ch = crate::tls::channel(
+                p.address,
+                &name,
+                cfg.clone(),
+                config.batch.peer_rpc_timeout(),
+            )?;
+            let client = PeerServiceClient::new(ch)
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20);
+            clients.push((p.party_id, client));
+        }
+        Ok(Self { clients })
+    }
+
+    /// The client for `party`.
+    pub fn client(&self, party: u8) -> Option<&PeerServiceClient<Channel>> {
+        self.clients
+            .iter()
+            .find(|(p, _)| *p == party)
+            .map(|(_, c)| c)
+    }
 }

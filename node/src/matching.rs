@@ -9,35 +9,77 @@
 //! was before the batch; the opened bits are turned into outcomes the same way
 //! on all three nodes.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use ocelli_mpc::network::ChannelTransport;
+use ocelli_mpc::pipeline::{self, PipelineConfig};
+use ocelli_mpc::randomness::{pair_seed, CorrelatedRandomness};
+use ocelli_mpc::requests::{comparisons, needs_mpc, outcomes, pipeline_requests, PublicRequest};
+use ocelli_mpc::session::Session;
+use ocelli_mpc::{DotEngine, EngineError};
 use rand_core::{OsRng, RngCore};
-use sdk_orb::rotation::ROTATION_COUNT;
-use sdk_orb::shamir::PartyShares;
 use sdk_orb::PartyId;
-use shared_proto::v1::RequestType;
 use zeroize::Zeroizing;
 
-use crate::batch::{BatchEvaluator, EvalContext, EvalRequest, NotEvaluated, Outcome};
+use crate::batch::{BatchEvaluator, EvalContext, EvalError, EvalRequest, NotEvaluated, Outcome};
 use crate::config::NodeConfig;
-use crate::engine::DotEngine;
-use crate::ids::SerialId;
+use crate::keys::KeyError;
 use crate::links::MpcLink;
-use crate::mpc::network::ChannelTransport;
-use crate::mpc::randomness::{pair_seed, CorrelatedRandomness};
-use crate::mpc::session::Session;
-use crate::pipeline::{self, MatchResult, PipelineConfig, PipelineRequest, Target};
 use crate::shares::ShareDb;
 
 /// A pairwise PRF seed.
 type Seed = Zeroizing<[u8; 32]>;
 
+/// Why the matching evaluator cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The configured party id is not 0, 1 or 2.
+    #[error("{0}")]
+    Party(sdk_orb::InvalidPartyId),
+    /// The node's X25519 key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// Matching needs the bundle of the three nodes' X25519 keys.
+    #[error("keys.node_public_keys is required for matching")]
+    NoBundle,
+    /// The bundle cannot be read.
+    #[error("{path}: {source}")]
+    BundleIo {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bundle is not three X25519 keys.
+    #[error("{path}: {len} bytes, expected 96 (three X25519 keys)")]
+    BundleSize {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        len: usize,
+    },
+    /// The bundle's entry for this node is not this node's key.
+    #[error("{path}: entry {party} is not this node's public key")]
+    NotThisNode {
+        /// The file.
+        path: PathBuf,
+        /// This node's party id.
+        party: usize,
+    },
+    /// The dot-product engine.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
 /// The evaluator a node runs: the MPC pipeline, or [`NotEvaluated`] when
 /// matching is disabled.
 ///
 /// # Errors
-/// Unreadable or invalid node keys.
-pub fn evaluator_for(config: &NodeConfig) -> Result<std::sync::Arc<dyn BatchEvaluator>, String> {
+/// Unreadable or invalid node keys, or an engine that cannot run here.
+pub fn evaluator_for(
+    config: &NodeConfig,
+) -> Result<std::sync::Arc<dyn BatchEvaluator>, SetupError> {
     if config.matching.enabled {
         Ok(std::sync::Arc::new(MpcEvaluator::new(config)?))
     } else {
@@ -71,39 +113,40 @@ impl MpcEvaluator {
     /// # Errors
     /// Unreadable key files, a bundle of the wrong size, or a node key that does
     /// not match its entry in the bundle.
-    pub fn new(config: &NodeConfig) -> Result<Self, String> {
-        let party = PartyId::try_from(config.party_id).map_err(|e| e.to_string())?;
-        let secret_bytes =
-            crate::keys::read_key32(&config.keys.hpke_secret).map_err(|e| e.to_string())?;
+    pub fn new(config: &NodeConfig) -> Result<Self, SetupError> {
+        let party = PartyId::try_from(config.party_id).map_err(SetupError::Party)?;
+        let secret_bytes = crate::keys::read_key32(&config.keys.hpke_secret)?;
         let secret = x25519_dalek::StaticSecret::from(*secret_bytes);
         let bundle_path = config
             .keys
             .node_public_keys
             .as_ref()
-            .ok_or("keys.node_public_keys is required for matching")?;
-        let bundle =
-            std::fs::read(bundle_path).map_err(|e| format!("{}: {e}", bundle_path.display()))?;
-        let bundle: [u8; 96] = bundle.as_slice().try_into().map_err(|_| {
-            format!(
-                "{}: {} bytes, expected 96 (three X25519 keys)",
-                bundle_path.display(),
-                bundle.len()
-            )
+            .ok_or(SetupError::NoBundle)?;
+        let bundle = std::fs::read(bundle_path).map_err(|source| SetupError::BundleIo {
+            path: bundle_path.clone(),
+            source,
         })?;
+        let bundle: [u8; 96] =
+            bundle
+                .as_slice()
+                .try_into()
+                .map_err(|_| SetupError::BundleSize {
+                    path: bundle_path.clone(),
+                    len: bundle.len(),
+                })?;
         let public: [x25519_dalek::PublicKey; 3] = core::array::from_fn(|i| {
             let mut k = [0u8; 32];
             k.copy_from_slice(&bundle[32 * i..32 * (i + 1)]);
             x25519_dalek::PublicKey::from(k)
         });
         if x25519_dalek::PublicKey::from(&secret) != public[party.index()] {
-            return Err(format!(
-                "{}: entry {} is not this node's public key",
-                bundle_path.display(),
-                party.index()
-            ));
+            return Err(SetupError::NotThisNode {
+                path: bundle_path.clone(),
+                party: party.index(),
+            });
         }
         let m = &config.matching;
-        let engine = crate::engine::build(m.engine, m.threads, &m.gpu_devices)?;
+        let engine = ocelli_mpc::engine::build(m.engine, m.threads, &m.gpu_devices)?;
         let mut pipeline = PipelineConfig::with_threshold(m.threshold);
         pipeline.privacy_max = m.privacy_max;
         pipeline.chunk_entries = m.chunk_entries;
@@ -120,31 +163,25 @@ impl MpcEvaluator {
 
     /// Opens this party's two links for `session`: it dials the higher party
     /// id and accepts from the lower one.
-    fn links(&self, ctx: &EvalContext<'_>) -> Result<(MpcLink, MpcLink), String> {
+    fn links(&self, ctx: &EvalContext<'_>) -> Result<(MpcLink, MpcLink), EvalError> {
         let me = self.party;
-        let peers = ctx
-            .state
-            .peers
-            .get()
-            .ok_or("peer clients are not set up (the node is not serving)")?;
+        let peers = ctx.peers.ok_or(EvalError::NotServing)?;
         let open = |peer: PartyId| {
-            let peers = peers.clone();
-            let hub = &ctx.state.links;
+            let hub = ctx.links;
             let session = ctx.session;
             let timeout = self.round_timeout;
             async move {
+                let party = peer.get();
                 if me < peer {
-                    let client = peers
-                        .client(peer.get())
-                        .ok_or_else(|| format!("no client for party {}", peer.get()))?;
-                    crate::links::dial(client, session)
-                        .await
-                        .map_err(|e| format!("dialling party {}: {}", peer.get(), e.message()))
+                    let client = peers.client(party).ok_or(EvalError::NoClient(party))?;
+                    crate::links::dial(client, session).await
                 } else {
-                    hub.accept(session, peer.get(), timeout)
-                        .await
-                        .map_err(|e| e.message().to_owned())
+                    hub.accept(session, party, timeout).await
                 }
+                .map_err(|e| EvalError::Link {
+                    party,
+                    reason: e.message().to_owned(),
+                })
             }
         };
         let (next, prev) = ctx
@@ -156,114 +193,36 @@ impl MpcEvaluator {
     /// Exchanges fresh nonces on both links and derives the two pairwise
     /// seeds `(next, prev)`. Both nonces go out before either is awaited: a
     /// party that waited first would wait on a neighbour waiting on it.
-    fn seeds(&self, next: &MpcLink, prev: &MpcLink) -> Result<(Seed, Seed), String> {
+    fn seeds(&self, next: &MpcLink, prev: &MpcLink) -> Result<(Seed, Seed), EvalError> {
         let links = [(self.party.next(), next), (self.party.prev(), prev)];
         let mut mine = [[0u8; 32]; 2];
         for ((peer, link), nonce) in links.iter().zip(mine.iter_mut()) {
             OsRng.fill_bytes(nonce);
             if !(link.send)(nonce.to_vec()) {
-                return Err(format!("link to party {} closed", peer.get()));
+                return Err(EvalError::LinkClosed(peer.get()));
             }
         }
-        let mut seeds = Vec::with_capacity(2);
-        for ((peer, link), nonce) in links.iter().zip(&mine) {
+        let [next_seed, prev_seed] = [0, 1].map(|i| -> Result<Seed, EvalError> {
+            let (peer, link) = links[i];
             let theirs = link
                 .recv
                 .recv_timeout(self.round_timeout)
-                .map_err(|_| format!("no nonce from party {}", peer.get()))?;
+                .map_err(|_| EvalError::Nonce(peer.get()))?;
             let theirs: [u8; 32] = theirs
                 .as_slice()
                 .try_into()
-                .map_err(|_| format!("bad nonce from party {}", peer.get()))?;
-            seeds.push(pair_seed(
+                .map_err(|_| EvalError::Nonce(peer.get()))?;
+            Ok(pair_seed(
                 self.party,
                 &self.secret,
-                *peer,
+                peer,
                 &self.public[peer.index()],
-                nonce,
+                &mine[i],
                 &theirs,
-            ));
-        }
-        let prev_seed = seeds.pop().ok_or("two seeds")?;
-        let next_seed = seeds.pop().ok_or("two seeds")?;
-        Ok((next_seed, prev_seed))
+            ))
+        });
+        Ok((next_seed?, prev_seed?))
     }
-}
-
-/// What a request of each type is matched against.
-fn pipeline_role(r: &EvalRequest, db: &ShareDb) -> (Target, bool, bool) {
-    match r.request_type {
-        RequestType::Uniqueness => (Target::Database, true, true),
-        RequestType::UniquenessCheck => (Target::Database, true, false),
-        RequestType::Reauth => match db.row_of(r.serial_id) {
-            Some(row) => (Target::Entry(row), false, false),
-            None => (Target::Nothing, false, false),
-        },
-        _ => (Target::Nothing, false, false),
-    }
-}
-
-/// The pipeline's view of a batch: one [`PipelineRequest`] per request, in order, with
-/// `shares[j]` as request `j`'s shares. Uniqueness requests are matched against the database
-/// and the batch's earlier uniqueness requests, and are enrolment candidates themselves;
-/// uniqueness checks likewise but are never candidates; a re-authentication against its
-/// serial id's row (nothing if it is not enrolled); deletions and resets against nothing.
-/// Request types and serial ids are public, so the three parties build the same list.
-///
-/// # Panics
-/// If `shares` and `requests` differ in length.
-pub fn pipeline_requests<'a>(
-    requests: &[EvalRequest],
-    shares: &'a [Box<PartyShares>],
-    db: &ShareDb,
-) -> Vec<PipelineRequest<'a>> {
-    assert_eq!(requests.len(), shares.len());
-    requests
-        .iter()
-        .zip(shares)
-        .map(|(r, s)| {
-            let (target, against_earlier, candidate) = pipeline_role(r, db);
-            PipelineRequest {
-                shares: s,
-                target,
-                against_earlier,
-                candidate,
-                or_policy: r.or_policy,
-            }
-        })
-        .collect()
-}
-
-/// Each request's outcome from what [`pipeline::evaluate`] opened for it (`results`, for the
-/// batch's [`pipeline_requests`]), with database rows reported as serial ids. Identical on the
-/// three parties.
-///
-/// # Panics
-/// If the three lists differ in length.
-pub fn outcomes(
-    requests: &[EvalRequest],
-    pipeline_requests: &[PipelineRequest<'_>],
-    results: Vec<MatchResult>,
-    db: &ShareDb,
-) -> Vec<Outcome> {
-    assert_eq!(requests.len(), pipeline_requests.len());
-    assert_eq!(requests.len(), results.len());
-    let serial_of = |row: usize| SerialId(db.rows().serial_ids()[row]);
-    requests
-        .iter()
-        .zip(results)
-        .zip(pipeline_requests)
-        .map(|((r, m), p)| match r.request_type {
-            RequestType::Uniqueness | RequestType::UniquenessCheck if m.any => Outcome::Match {
-                entries: m.entries.iter().map(|&row| serial_of(row)).collect(),
-                earlier: m.earlier,
-            },
-            RequestType::Uniqueness | RequestType::UniquenessCheck => Outcome::Unique,
-            RequestType::Reauth => Outcome::Reauth(p.target != Target::Nothing && m.any),
-            RequestType::Deletion | RequestType::Reset => Outcome::Apply,
-            _ => Outcome::NotEvaluated,
-        })
-        .collect()
 }
 
 impl BatchEvaluator for MpcEvaluator {
@@ -271,8 +230,8 @@ impl BatchEvaluator for MpcEvaluator {
         "mpc"
     }
 
-    fn prepare(&self, db: &ShareDb) -> Result<(), String> {
-        self.engine.prepare(db.rows())
+    fn prepare(&self, db: &ShareDb) -> Result<(), EvalError> {
+        Ok(self.engine.prepare(db.rows())?)
     }
 
     fn evaluate(
@@ -280,69 +239,52 @@ impl BatchEvaluator for MpcEvaluator {
         ctx: &EvalContext<'_>,
         requests: &[EvalRequest],
         db: &ShareDb,
-    ) -> Result<Vec<Outcome>, String> {
+    ) -> Result<Vec<Outcome>, EvalError> {
+        let public: Vec<PublicRequest> = requests.iter().map(EvalRequest::public).collect();
         let shares: Vec<_> = requests
             .iter()
             .map(|r| r.shares.to_party_shares())
             .collect();
-        let pipeline_requests = pipeline_requests(requests, &shares, db);
-        let needs_mpc = pipeline_requests
-            .iter()
-            .any(|r| r.target != Target::Nothing || r.against_earlier);
+        let pipeline_requests = pipeline_requests(&public, &shares, db.rows());
+        if !needs_mpc(&pipeline_requests) {
+            let results = vec![Default::default(); requests.len()];
+            return Ok(outcomes(&public, &pipeline_requests, results, db.rows()));
+        }
 
         let started = std::time::Instant::now();
-        let results = if needs_mpc {
-            let (next, prev) = self.links(ctx)?;
-            let (next_seed, prev_seed) = self.seeds(&next, &prev)?;
-            let mut randomness = CorrelatedRandomness::from_seeds(&next_seed, &prev_seed);
-            let mut transport = ChannelTransport::new(
-                next.send,
-                prev.send,
-                next.recv,
-                prev.recv,
-                self.round_timeout,
-            );
-            let mut session = Session::new(self.party, &mut transport, &mut randomness);
-            let results = pipeline::evaluate(
-                &mut session,
-                self.engine.as_ref(),
-                db.rows(),
-                &pipeline_requests,
-                &self.pipeline,
-            )
-            .map_err(|e| format!("batch {}: {e}", ctx.batch_id))?;
-            let traffic = session.traffic();
-            let comparisons = comparisons(&pipeline_requests, db.len());
-            ctx.state.metrics.comparisons.inc_by(comparisons);
-            tracing::info!(
-                batch_id = ctx.batch_id,
-                comparisons,
-                rounds = traffic.rounds,
-                bytes_sent = traffic.bytes_sent,
-                seconds = started.elapsed().as_secs_f64(),
-                "matching pipeline done"
-            );
-            results
-        } else {
-            vec![Default::default(); requests.len()]
-        };
-
-        Ok(outcomes(requests, &pipeline_requests, results, db))
+        let (next, prev) = self.links(ctx)?;
+        let (next_seed, prev_seed) = self.seeds(&next, &prev)?;
+        let mut randomness = CorrelatedRandomness::from_seeds(&next_seed, &prev_seed);
+        let mut transport = ChannelTransport::new(
+            next.send,
+            prev.send,
+            next.recv,
+            prev.recv,
+            self.round_timeout,
+        );
+        let mut session = Session::new(self.party, &mut transport, &mut randomness);
+        let results = pipeline::evaluate(
+            &mut session,
+            self.engine.as_ref(),
+            db.rows(),
+            &pipeline_requests,
+            &self.pipeline,
+        )
+        .map_err(|source| EvalError::Network {
+            batch_id: ctx.batch_id,
+            source,
+        })?;
+        let traffic = session.traffic();
+        let comparisons = comparisons(&pipeline_requests, db.len());
+        ctx.metrics.comparisons.inc_by(comparisons);
+        tracing::info!(
+            batch_id = ctx.batch_id,
+            comparisons,
+            rounds = traffic.rounds,
+            bytes_sent = traffic.bytes_sent,
+            seconds = started.elapsed().as_secs_f64(),
+            "matching pipeline done"
+        );
+        Ok(outcomes(&public, &pipeline_requests, results, db.rows()))
     }
-}
-
-/// (query rotation, enrolled iris) pairs a batch compares.
-fn comparisons(requests: &[PipelineRequest<'_>], db_len: usize) -> u64 {
-    let mut pairs = 0usize;
-    for (j, r) in requests.iter().enumerate() {
-        pairs += match r.target {
-            Target::Database => db_len,
-            Target::Entry(_) => 1,
-            Target::Nothing => 0,
-        };
-        if r.against_earlier {
-            pairs += requests[..j].iter().filter(|e| e.candidate).count();
-        }
-    }
-    (pairs * ROTATION_COUNT * 2) as u64
 }

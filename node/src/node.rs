@@ -30,9 +30,18 @@ pub enum StartError {
     /// The store.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Anything else.
-    #[error("{0}")]
-    Other(String),
+    /// The intake policy.
+    #[error(transparent)]
+    Intake(#[from] crate::intake::IntakeSetupError),
+    /// The evaluator cannot work on the loaded database.
+    #[error(transparent)]
+    Evaluator(#[from] crate::batch::EvalError),
+    /// The peer clients.
+    #[error(transparent)]
+    Peers(#[from] crate::links::PeersError),
+    /// The listeners.
+    #[error("listeners: {0}")]
+    Listen(#[from] std::io::Error),
 }
 
 /// Milliseconds since the Unix epoch.
@@ -66,7 +75,7 @@ pub struct NodeState {
     /// Incoming MPC links from the peers.
     pub links: crate::links::LinkHub,
     /// Clients for the two peers, set when the node starts serving.
-    pub peers: std::sync::OnceLock<crate::batch::coordinator::Peers>,
+    pub peers: std::sync::OnceLock<crate::links::Peers>,
     ready: AtomicBool,
     draining: AtomicBool,
 }
@@ -98,13 +107,12 @@ impl NodeState {
         let hpke = keys::read_key32(&config.keys.hpke_secret)?;
         let sign = keys::read_key32(&config.keys.result_signing)?;
         let orbs = keys::read_allow_list(&config.keys.orb_allow_list)?;
-        let intake =
-            IntakePolicy::new(party, &hpke, orbs, &config.intake).map_err(StartError::Other)?;
+        let intake = IntakePolicy::new(party, &hpke, orbs, &config.intake)?;
         let signer = ResultSigner::from_seed(&sign, party);
         let metrics = Metrics::new(party);
 
         let shares = load_shares(store.as_ref(), &metrics)?;
-        evaluator.prepare(&shares).map_err(StartError::Other)?;
+        evaluator.prepare(&shares)?;
         let mut queue = PendingQueue::default();
         let pending = store.pending_requests()?;
         for (id, rec) in &pending {

@@ -27,7 +27,8 @@ use tokio::sync::watch;
 pub use self::orb::{health, OrbApi};
 pub(crate) use self::orb::{parse_id, parse_ids};
 pub use self::peer::PeerApi;
-use crate::batch::coordinator::{self, Peers};
+use crate::agreement::coordinator;
+use crate::links::Peers;
 use crate::node::{NodeState, StartError};
 use crate::tls::NodeTls;
 
@@ -85,9 +86,7 @@ pub async fn run(
     let tls = NodeTls::load(&state.config)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let party = state.party;
-    let (orb_addr, peer_addr, metrics_addr) = listeners
-        .addrs()
-        .map_err(|e| StartError::Other(e.to_string()))?;
+    let (orb_addr, peer_addr, metrics_addr) = listeners.addrs()?;
 
     let orb_api = OrbApi::new(state.clone());
     let orb_incoming = crate::tls::incoming(listeners.orb, tls.orb_server.clone(), stop_rx.clone());
@@ -127,7 +126,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
 
-    let peers = Peers::connect(&state, &tls).map_err(StartError::Other)?;
+    let peers = Peers::connect(&state.config, &tls)?;
     let _ = state.peers.set(peers.clone());
     let batch_task = if party == 0 {
         tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone()))
@@ -140,7 +139,7 @@ pub async fn run(
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                     _ = stop.wait_for(|s| *s) => break,
                 }
-                if let Err(e) = crate::batch::sweep_expired(&st).await {
+                if let Err(e) = crate::agreement::sweep_expired(&st).await {
                     tracing::warn!(error = %e, "timeout sweep failed");
                 }
             }

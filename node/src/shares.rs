@@ -10,12 +10,12 @@ use sdk_orb::shamir::{CodeShare, MaskShare, PartyShares};
 use zeroize::Zeroize;
 
 use crate::ids::SerialId;
-use crate::pipeline::MatchDb;
+use ocelli_mpc::MatchDb;
 
-/// Bytes of one eye's code share (12,800 u16).
-pub const CODE_BYTES: usize = 12_800 * 2;
-/// Bytes of one eye's trimmed-mask share (6,400 u16).
-pub const MASK_BYTES: usize = 6_400 * 2;
+/// Bytes of one eye's code share ([`sdk_orb::CODE_COEFS`] little-endian u16).
+pub const CODE_BYTES: usize = sdk_orb::CODE_COEFS * 2;
+/// Bytes of one eye's trimmed-mask share ([`sdk_orb::MASK_COEFS`] little-endian u16).
+pub const MASK_BYTES: usize = sdk_orb::MASK_COEFS * 2;
 /// Bytes of one enrolled entry.
 pub const ENTRY_BYTES: usize = 2 * (CODE_BYTES + MASK_BYTES);
 

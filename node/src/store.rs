@@ -11,6 +11,8 @@ mod redb;
 use std::collections::BTreeMap;
 
 pub use self::redb::RedbStore;
+use sdk_orb::RequestType;
+
 use crate::ids::{RequestId, SerialId};
 
 /// Storage failures (never contain share bytes).
@@ -61,6 +63,19 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// How a request type is stored: its `ocelli.v1.RequestType` value, which the SDK's
+    /// discriminants equal.
+    pub fn encode_request_type(t: RequestType) -> i32 {
+        i32::from(t as u8)
+    }
+
+    /// The request type, if the stored value is known.
+    pub fn request_type(&self) -> Option<RequestType> {
+        u64::try_from(self.request_type)
+            .ok()
+            .and_then(RequestType::from_wire)
+    }
+
     /// The state, if the stored value is known.
     pub fn state(&self) -> Option<RequestState> {
         match self.state {
@@ -234,4 +249,39 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Approximate on-disk size in bytes.
     fn size_bytes(&self) -> u64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stored value of each request type is its protobuf enum value, by name.
+    #[test]
+    fn request_types_are_stored_as_their_proto_values() {
+        use shared_proto::v1::RequestType as Proto;
+        for (t, name) in [
+            (RequestType::Uniqueness, "REQUEST_TYPE_UNIQUENESS"),
+            (
+                RequestType::UniquenessCheck,
+                "REQUEST_TYPE_UNIQUENESS_CHECK",
+            ),
+            (RequestType::Deletion, "REQUEST_TYPE_DELETION"),
+            (RequestType::Reauth, "REQUEST_TYPE_REAUTH"),
+            (RequestType::Reset, "REQUEST_TYPE_RESET"),
+        ] {
+            let stored = RequestRecord::encode_request_type(t);
+            let proto = Proto::try_from(stored).expect("a proto value");
+            assert_eq!(proto.as_str_name(), name);
+            let record = RequestRecord {
+                request_type: stored,
+                ..RequestRecord::default()
+            };
+            assert_eq!(record.request_type(), Some(t));
+        }
+        let unknown = RequestRecord {
+            request_type: 0,
+            ..RequestRecord::default()
+        };
+        assert_eq!(unknown.request_type(), None);
+    }
 }

@@ -164,6 +164,25 @@ impl RequestType {
         )
     }
 
+    /// Short names, in the order of [`RequestType::ALL`].
+    pub const NAMES: [&'static str; 5] = ["uniqueness", "check", "deletion", "reauth", "reset"];
+
+    /// The short name (`uniqueness`, `check`, `deletion`, `reauth`, `reset`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            RequestType::Uniqueness => "uniqueness",
+            RequestType::UniquenessCheck => "check",
+            RequestType::Deletion => "deletion",
+            RequestType::Reauth => "reauth",
+            RequestType::Reset => "reset",
+        }
+    }
+
+    /// Parses a short name.
+    pub fn from_name(name: &str) -> Option<RequestType> {
+        RequestType::ALL.into_iter().find(|t| t.name() == name)
+    }
+
     /// Parses the protobuf enum value.
     pub fn from_wire(value: u64) -> Option<RequestType> {
         RequestType::ALL.into_iter().find(|t| *t as u64 == value)
@@ -180,6 +199,20 @@ impl RequestId {
         let mut id = [0u8; 16];
         rng.fill_bytes(&mut id);
         RequestId(id)
+    }
+
+    /// Parses exactly 16 bytes.
+    pub fn from_slice(bytes: &[u8]) -> Option<RequestId> {
+        <[u8; 16]>::try_from(bytes).ok().map(RequestId)
+    }
+}
+
+impl envelope::EnvelopeDigest {
+    /// Parses exactly 32 bytes.
+    pub fn from_slice(bytes: &[u8]) -> Option<envelope::EnvelopeDigest> {
+        <[u8; 32]>::try_from(bytes)
+            .ok()
+            .map(envelope::EnvelopeDigest)
     }
 }
 

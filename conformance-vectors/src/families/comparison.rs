@@ -1,15 +1,15 @@
 //! `comparison`: the node's comparison phase (DESIGN section 6, steps 4 to 6) for given
 //! additive dot-product shares and pairwise PRF seeds, run as the three parties through
-//! `ocelli_node::mpc`: resharing, MPCLift of `md` to Z_{2^32}, `x = A md - 2^16 cd`, and the
+//! `ocelli_mpc`: resharing, MPCLift of `md` to Z_{2^32}, `x = A md - 2^16 cd`, and the
 //! MSB of `x`. Each vector holds every party's share of each of these values and the opened
 //! values, which must equal the plaintext integers and the match rule.
 
 use rand_core::RngCore;
 use serde::{Deserialize, Serialize};
 
-use ocelli_node::mpc::compare::{compare, match_bits, Comparison};
-use ocelli_node::mpc::local::run_three_seeded;
-use ocelli_node::mpc::share::{Replicated, Word};
+use ocelli_mpc::compare::{compare, match_bits, Comparison};
+use ocelli_mpc::local::run_three_seeded;
+use ocelli_mpc::share::{Replicated, Word};
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts};
 use sdk_orb::PARTIES;
 

@@ -1,25 +1,24 @@
 //! `requests`: whole batches through the node's matching. Vector 1 is a database of enrolled
 //! people; every other vector is a batch of requests against it, with the outcome of each
 //! request as the node reports it. Replay shares every person from its seed, runs the batch as
-//! the three parties through `ocelli_node` (the same request-type mapping, pipeline and
-//! outcome mapping as a node's evaluator, CPU engine, in-memory network) and checks the
+//! the three parties through `ocelli_mpc` (the request-type mapping, pipeline and outcome
+//! mapping a node's evaluator runs, CPU engine, in-memory network) and checks the
 //! outcomes against the vector and against a plaintext reference built on `sdk_orb::plaintext`.
 
 use serde::{Deserialize, Serialize};
 
-use ocelli_node::batch::{EvalRequest, Outcome as NodeOutcome};
-use ocelli_node::engine::CpuEngine;
-use ocelli_node::ids::{RequestId, SerialId};
-use ocelli_node::matching::{outcomes, pipeline_requests};
-use ocelli_node::mpc::local::run_three_seeded;
-use ocelli_node::pipeline::{evaluate, PipelineConfig};
-use ocelli_node::shares::{ShareDb, StoredShares};
+use ocelli_mpc::engine::CpuEngine;
+use ocelli_mpc::local::run_three_seeded;
+use ocelli_mpc::pipeline::{evaluate, PipelineConfig};
+use ocelli_mpc::requests::{
+    outcomes, pipeline_requests, Outcome as NodeOutcome, PublicRequest, SerialId,
+};
+use ocelli_mpc::MatchDb;
 use sdk_orb::plaintext::dot_products;
 use sdk_orb::rotation::rotations;
 use sdk_orb::shamir::share_eye;
 use sdk_orb::template::IrisTemplate;
 use sdk_orb::{EyeShares, PartyShares, PARTIES};
-use shared_proto::v1::RequestType as ProtoRequestType;
 
 use crate::common::{rng, PackedTemplate};
 use crate::envelope::RequestKind;
@@ -131,16 +130,6 @@ fn shares_of(person: &Person, share_seed: &[u8; 32]) -> Vec<PartyShares> {
         .collect()
 }
 
-fn proto_type(kind: RequestKind) -> ProtoRequestType {
-    match kind {
-        RequestKind::Uniqueness => ProtoRequestType::Uniqueness,
-        RequestKind::UniquenessCheck => ProtoRequestType::UniquenessCheck,
-        RequestKind::Deletion => ProtoRequestType::Deletion,
-        RequestKind::Reauth => ProtoRequestType::Reauth,
-        RequestKind::Reset => ProtoRequestType::Reset,
-    }
-}
-
 fn outcome_of(o: &NodeOutcome) -> Result<Outcome, String> {
     Ok(match o {
         NodeOutcome::Unique => Outcome::Unique,
@@ -183,26 +172,25 @@ struct Batch {
 /// shares of the database, builds the pipeline requests from the request types, runs the
 /// pipeline and maps the opened bits to outcomes. The parties must agree.
 fn run_nodes(batch: &Batch) -> Result<Vec<Outcome>, String> {
-    let mut dbs: Vec<ShareDb> = (0..PARTIES).map(|_| ShareDb::default()).collect();
+    let mut dbs: Vec<MatchDb> = (0..PARTIES).map(|_| MatchDb::new()).collect();
     for e in &batch.database {
         for (db, shares) in dbs.iter_mut().zip(shares_of(&e.person, &e.share_seed)) {
-            db.put(
-                SerialId(e.serial_id),
-                StoredShares::from_party_shares(&shares),
-            );
+            db.insert(e.serial_id, &shares);
         }
     }
-    let mut requests: Vec<Vec<EvalRequest>> = (0..PARTIES).map(|_| Vec::new()).collect();
-    for (j, q) in batch.requests.iter().enumerate() {
-        for (party, shares) in requests.iter_mut().zip(shares_of(&q.person, &q.share_seed)) {
-            party.push(EvalRequest {
-                // Request ids play no part in matching.
-                id: RequestId([j as u8; 16]),
-                request_type: proto_type(q.kind),
-                serial_id: SerialId(q.serial_id),
-                or_policy: q.or_policy,
-                shares: StoredShares::from_party_shares(&shares),
-            });
+    let public: Vec<PublicRequest> = batch
+        .requests
+        .iter()
+        .map(|q| PublicRequest {
+            request_type: q.kind.sdk(),
+            serial_id: SerialId(q.serial_id),
+            or_policy: q.or_policy,
+        })
+        .collect();
+    let mut shares: Vec<Vec<Box<PartyShares>>> = (0..PARTIES).map(|_| Vec::new()).collect();
+    for q in &batch.requests {
+        for (party, s) in shares.iter_mut().zip(shares_of(&q.person, &q.share_seed)) {
+            party.push(Box::new(s));
         }
     }
     let config = PipelineConfig {
@@ -215,14 +203,10 @@ fn run_nodes(batch: &Batch) -> Result<Vec<Outcome>, String> {
     let engine = CpuEngine::new();
     let out = run_three_seeded(&batch.prf_seeds, |s| {
         let i = s.party().index();
-        let shares: Vec<_> = requests[i]
-            .iter()
-            .map(|r| r.shares.to_party_shares())
-            .collect();
-        let pipeline = pipeline_requests(&requests[i], &shares, &dbs[i]);
-        let results = evaluate(s, &engine, dbs[i].rows(), &pipeline, &config)
+        let pipeline = pipeline_requests(&public, &shares[i], &dbs[i]);
+        let results = evaluate(s, &engine, &dbs[i], &pipeline, &config)
             .map_err(|e| format!("party {i}: {e}"))?;
-        Ok::<_, String>(outcomes(&requests[i], &pipeline, results, &dbs[i]))
+        Ok::<_, String>(outcomes(&public, &pipeline, results, &dbs[i]))
     });
     let mut per_party = Vec::new();
     for (result, _, _) in out {

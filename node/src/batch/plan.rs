@@ -5,10 +5,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use sdk_orb::RequestType;
 use shared_proto::v1::recorded_outcome::Kind;
-use shared_proto::v1::{BatchCommit, NodeResult, RecordedOutcome, RequestType, ResultStatus};
+use shared_proto::v1::{BatchCommit, NodeResult, RecordedOutcome, ResultStatus};
 
-use super::{ApplyError, EvalRequest, Outcome};
+use crate::batch::{ApplyError, EvalRequest, Outcome};
 use crate::ids::{RequestId, SerialId};
 use crate::shares::StoredShares;
 use crate::store::{Meta, RequestRecord, RequestState, ShareWrite};
@@ -17,7 +18,7 @@ const NOT_EVALUATED_DETAIL: &str =
     "not evaluated: no matching pipeline is configured; nothing was enrolled or changed";
 
 /// The result of one request in batch `batch_id` (0: timed out outside a batch).
-pub(super) fn result(
+pub(crate) fn result(
     id: &RequestId,
     digest: &[u8],
     status: ResultStatus,
@@ -74,18 +75,19 @@ pub(crate) fn check_commit(commit: &BatchCommit, meta: &Meta) -> Result<(), Appl
 
 /// A held request as the evaluator gets it: its log entry and this party's
 /// shares.
+/// `None` if the log entry's request type is unknown (a corrupt entry).
 pub(crate) fn eval_request(
     id: RequestId,
     rec: &RequestRecord,
     shares: StoredShares,
-) -> EvalRequest {
-    EvalRequest {
+) -> Option<EvalRequest> {
+    Some(EvalRequest {
         id,
-        request_type: RequestType::try_from(rec.request_type).unwrap_or(RequestType::Unspecified),
+        request_type: rec.request_type()?,
         serial_id: SerialId(rec.serial_id),
         or_policy: rec.or_policy,
         shares,
-    }
+    })
 }
 
 /// The requests a commit runs, in commit order. An id that is not 16 bytes

@@ -76,9 +76,9 @@ enum Command {
         /// Right-eye template (open-iris JSON).
         #[arg(long)]
         right: PathBuf,
-        /// Request type.
-        #[arg(long = "type", value_enum, default_value_t = SubmitType::Uniqueness)]
-        request_type: SubmitType,
+        /// Request type: uniqueness, check, deletion, reauth or reset.
+        #[arg(long = "type", value_parser = parse_request_type, default_value = "uniqueness")]
+        request_type: sdk_orb::RequestType,
         /// Target serial id (deletion, reauth, reset).
         #[arg(long)]
         serial_id: Option<u64>,
@@ -97,8 +97,11 @@ enum Command {
         queries: Option<usize>,
         /// The dot-product engine. `gpu` runs the three parties on one GPU, each with its
         /// own engine and resident database (a build with the `gpu` feature).
-        #[arg(long, value_enum, default_value = "cpu")]
-        engine: ocelli_node::engine::EngineKind,
+        #[arg(long, default_value = "cpu")]
+        engine: ocelli_mpc::engine::EngineKind,
+        /// The CPU kernel: avx512-vnni, avx2 or scalar [default: the fastest this CPU has].
+        #[arg(long, value_parser = parse_kernel)]
+        kernel: Option<ocelli_mpc::engine::Kernel>,
         /// CUDA devices for `--engine gpu`, comma-separated; each party's database is sharded
         /// across them.
         #[arg(long, value_delimiter = ',', default_value = "0")]
@@ -122,25 +125,17 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum SubmitType {
-    Uniqueness,
-    Check,
-    Deletion,
-    Reauth,
-    Reset,
+fn parse_request_type(name: &str) -> Result<sdk_orb::RequestType, String> {
+    sdk_orb::RequestType::from_name(name).ok_or_else(|| {
+        format!(
+            "unknown request type {name:?}: one of {}",
+            sdk_orb::RequestType::NAMES.join(", ")
+        )
+    })
 }
 
-impl SubmitType {
-    fn request_type(self) -> sdk_orb::RequestType {
-        match self {
-            SubmitType::Uniqueness => sdk_orb::RequestType::Uniqueness,
-            SubmitType::Check => sdk_orb::RequestType::UniquenessCheck,
-            SubmitType::Deletion => sdk_orb::RequestType::Deletion,
-            SubmitType::Reauth => sdk_orb::RequestType::Reauth,
-            SubmitType::Reset => sdk_orb::RequestType::Reset,
-        }
-    }
+fn parse_kernel(name: &str) -> Result<ocelli_mpc::engine::Kernel, ocelli_mpc::EngineError> {
+    ocelli_mpc::engine::Kernel::by_name(name)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -201,21 +196,8 @@ async fn shutdown_signal() {
     }
 }
 
-/// The pipeline allocates and frees large buffers on many threads; glibc's
-/// per-thread arenas then keep about twice the live memory resident (measured:
-/// 4.2 GB against 2.0 GB for the 600-person demo), at no speed gain.
-#[allow(unsafe_code)]
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only adjusts allocator tuning; called before any thread
-    // is started.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
-}
-
 fn main() -> ExitCode {
-    limit_malloc_arenas();
+    ocelli_mpc::process::limit_malloc_arenas();
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen {
@@ -304,6 +286,7 @@ fn main() -> ExitCode {
             db,
             queries,
             engine,
+            kernel,
             devices,
             pipeline_db,
             json,
@@ -313,16 +296,18 @@ fn main() -> ExitCode {
                     eprintln!("measuring: {what}");
                 }
             };
-            let printed = match engine {
-                ocelli_node::engine::EngineKind::Cpu => {
-                    let config = ocelli_node::bench::BenchConfig {
+            let printed: Result<(), Box<dyn std::error::Error>> = match engine {
+                ocelli_mpc::engine::EngineKind::Cpu => {
+                    let config = ocelli_mpc::bench::BenchConfig {
                         db_entries: db.unwrap_or(2048),
                         queries: queries.unwrap_or(4),
+                        kernel: kernel.unwrap_or_else(ocelli_mpc::engine::Kernel::detect),
                     };
-                    print_report(&ocelli_node::bench::run(config, progress), json)
+                    print_report(&ocelli_mpc::bench::run(config, progress), json)
+                        .map_err(Into::into)
                 }
-                ocelli_node::engine::EngineKind::Gpu => {
-                    let config = ocelli_node::bench::device::DeviceBenchConfig {
+                ocelli_mpc::engine::EngineKind::Gpu => {
+                    let config = ocelli_mpc::bench::device::DeviceBenchConfig {
                         db_entries: db.unwrap_or(100_000),
                         pipeline_entries: pipeline_db,
                         queries: queries.unwrap_or(32),
@@ -330,7 +315,8 @@ fn main() -> ExitCode {
                         max_pass_comparisons: 1 << 24,
                     };
                     gpu_bench(config, &devices, progress)
-                        .and_then(|report| print_report(&report, json))
+                        .map_err(Into::into)
+                        .and_then(|report| print_report(&report, json).map_err(Into::into))
                 }
             };
             match printed {
@@ -378,22 +364,29 @@ async fn submit(
     dir: PathBuf,
     left: PathBuf,
     right: PathBuf,
-    request_type: SubmitType,
+    request_type: sdk_orb::RequestType,
     serial_id: Option<u64>,
     or_policy: bool,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let policy = sdk_orb::TemplatePolicy::default();
-    let load = |p: &PathBuf| -> Result<sdk_orb::IrisTemplate, String> {
-        let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        sdk_orb::IrisTemplate::from_open_iris_json(&bytes, &policy)
-            .map_err(|e| format!("{}: {e}", p.display()))
+    let load = |path: &PathBuf| -> Result<sdk_orb::IrisTemplate, TemplateFileError> {
+        let bytes = std::fs::read(path).map_err(|source| TemplateFileError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        sdk_orb::IrisTemplate::from_open_iris_json(&bytes, &policy).map_err(|source| {
+            TemplateFileError::Template {
+                path: path.clone(),
+                source,
+            }
+        })
     };
     let (left, right) = (load(&left)?, load(&right)?);
     let deployment = ocelli_node::cluster::Deployment::open(&dir)?;
     let orb = deployment.orb()?;
     let meta = sdk_orb::RequestMeta {
         request_id: sdk_orb::RequestId::random(&mut rand_core::OsRng),
-        request_type: request_type.request_type(),
+        request_type,
         timestamp_ms: ocelli_node::node::now_ms(),
         serial_id: serial_id.unwrap_or(0),
         or_policy,
@@ -409,7 +402,7 @@ async fn submit(
         (status == shared_proto::v1::ResultStatus::UniqueEnrolled).then_some(result.serial_id);
     let out = serde_json::json!({
         "request_id": meta.request_id.to_string(),
-        "decision": ocelli_node::batch::status_label(result.status),
+        "decision": ocelli_node::agreement::status_label(result.status),
         "matched_serial_ids": result.matched_serial_ids,
         "enrolled_serial_id": enrolled,
         "serial_id": (result.serial_id != 0).then_some(result.serial_id),
@@ -429,15 +422,27 @@ async fn serve(path: PathBuf) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// A template file `submit` cannot use.
+#[derive(Debug, thiserror::Error)]
+enum TemplateFileError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Template {
+        path: PathBuf,
+        source: sdk_orb::TemplateError,
+    },
+}
+
 fn print_report<R: serde::Serialize + std::fmt::Display>(
     report: &R,
     json: bool,
-) -> Result<(), String> {
+) -> Result<(), serde_json::Error> {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string(report)?);
     } else {
         println!("{report}");
     }
@@ -446,18 +451,18 @@ fn print_report<R: serde::Serialize + std::fmt::Display>(
 
 #[cfg(feature = "gpu")]
 fn gpu_bench(
-    config: ocelli_node::bench::device::DeviceBenchConfig,
+    config: ocelli_mpc::bench::device::DeviceBenchConfig,
     devices: &[usize],
     progress: impl FnMut(&str),
-) -> Result<ocelli_node::bench::device::DeviceBenchReport, String> {
-    ocelli_node::bench::device::run_gpu(config, devices, progress)
+) -> Result<ocelli_mpc::bench::device::DeviceBenchReport, ocelli_mpc::EngineError> {
+    ocelli_mpc::bench::device::run_gpu(config, devices, progress)
 }
 
 #[cfg(not(feature = "gpu"))]
 fn gpu_bench(
-    _config: ocelli_node::bench::device::DeviceBenchConfig,
+    _config: ocelli_mpc::bench::device::DeviceBenchConfig,
     _devices: &[usize],
     _progress: impl FnMut(&str),
-) -> Result<ocelli_node::bench::device::DeviceBenchReport, String> {
-    Err(ocelli_node::engine::GPU_NOT_BUILT.to_owned())
+) -> Result<ocelli_mpc::bench::device::DeviceBenchReport, ocelli_mpc::EngineError> {
+    Err(ocelli_mpc::EngineError::GpuNotBuilt)
 }

@@ -12,14 +12,14 @@ use shared_proto::v1::{
     FetchBatchRequest, GetResultRequest, MpcFrame, StreamResultsRequest, SubmitRequest,
 };
 
-use crate::batch::coordinator::{tally, vote_on};
+use crate::agreement::coordinator::{tally, vote_on};
 use crate::batch::Outcome;
 use crate::config::IntakeConfig;
 use crate::ids::{EnvelopeDigest, RequestId, SerialId};
 use crate::intake::IntakePolicy;
-use crate::mpc::share::encode;
 use crate::queue::{Candidate, PendingQueue};
 use crate::store::Meta;
+use ocelli_mpc::share::encode;
 
 /// First byte of a `peer_message` input: which node-to-node message the rest encodes.
 pub mod peer_tag {
@@ -56,7 +56,7 @@ pub mod orb_tag {
 /// The node a `peer_message` input arrives at: its counters, pending queue, request log
 /// and share database.
 pub mod peer_fixture {
-    use shared_proto::v1::RequestType;
+    use sdk_orb::RequestType;
 
     /// The last batch it applied.
     pub const LAST_APPLIED_BATCH: u64 = 6;
@@ -162,7 +162,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         Outcome::Apply,
     ]
     .iter()
-    .map(crate::batch::record_outcome)
+    .map(crate::batch::plan::record_outcome)
     .collect();
     let mut mixed_commit = fixture_commit(&candidates, &mixed);
     mixed_commit.outcomes_recorded = true;
@@ -175,7 +175,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         Outcome::NotEvaluated,
     ]
     .iter()
-    .map(crate::batch::record_outcome)
+    .map(crate::batch::plan::record_outcome)
     .collect();
     // The fuzz finding: a request both run and listed as timed out (refused).
     let mut repeated = recorded.clone();

@@ -90,16 +90,13 @@ impl OrbService for OrbApi {
                 if st.queue().contains(id) {
                     return Ok(true);
                 }
-                st.store
-                    .request(id)
-                    .map(|r| r.is_some())
-                    .map_err(|e| e.to_string())
+                st.store.request(id).map(|r| r.is_some())
             })?;
             let record = RequestRecord {
                 state: RequestState::Pending as u32,
                 digest: accepted.digest.0.to_vec(),
                 received_ms: now,
-                request_type: accepted.request_type,
+                request_type: RequestRecord::encode_request_type(accepted.request_type),
                 serial_id: accepted.serial_id,
                 or_policy: accepted.or_policy,
                 batch_id: 0,

@@ -13,7 +13,8 @@ use shared_proto::v1::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::batch::{apply_commit, coordinator, ApplyError};
+use crate::agreement::{apply_commit, coordinator};
+use crate::batch::ApplyError;
 use crate::node::NodeState;
 use crate::tls::PeerCerts;
 
@@ -66,7 +67,7 @@ impl PeerService for PeerApi {
         }
         coordinator::vote(&self.state, request.get_ref())
             .map(Response::new)
-            .map_err(Status::internal)
+            .map_err(|e| Status::internal(e.to_string()))
     }
 
     async fn commit_batch(

@@ -5,8 +5,7 @@ use rand_core::SeedableRng;
 use std::string::String;
 use std::vec::Vec;
 
-/// A copy of `shared/vectors/open-iris`, so the tests run without the shared folder; CI checks
-/// that the copy is current.
+/// The open-iris fixtures; their origin and licences are in `testdata/open-iris/README.md`.
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/open-iris");
 
 fn fixture(name: &str) -> serde_json::Value {

@@ -5,7 +5,7 @@
 use rand_chacha::ChaCha20Rng;
 use rand_core::RngCore;
 
-use ocelli_node::synthetic;
+use ocelli_mpc::synthetic;
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts, DEFAULT_THRESHOLD};
 use sdk_orb::template::{IrisBits, IrisTemplate, TemplatePolicy};
 use sdk_orb::PARTIES;

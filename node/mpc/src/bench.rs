@@ -1,0 +1,325 @@
+//! What `ocelli-node bench` measures, in one process and one run so the figures compare as
+//! ratios: the dot-product phase, the comparison phase and the whole pipeline (three parties
+//! on threads over the in-memory network; rates from the process's CPU time, per party-core),
+//! a plaintext popcount matcher, and the machine's u16 multiply-add peak.
+//!
+//! A comparison is one (query rotation, enrolled iris) pair, code and mask.
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use sdk_orb::plaintext::{threshold_coefficient, DEFAULT_THRESHOLD};
+use sdk_orb::rotation::ROTATION_COUNT;
+use sdk_orb::shamir::PartyShares;
+use sdk_orb::{IrisTemplate, CODE_COEFS, MASK_COEFS};
+
+pub mod device;
+
+use crate::compare::{match_bits, or_blocks};
+use crate::db::MatchDb;
+use crate::dot::DotEngine;
+use crate::engine::{mac_peak, CpuEngine, Kernel};
+use crate::local::{additive_u16, run_three};
+use crate::pipeline::{evaluate, PipelineConfig, PipelineRequest, Target};
+use crate::process::cpu_seconds;
+use crate::synthetic;
+
+/// Sizes of a bench run.
+#[derive(Clone, Copy, Debug)]
+pub struct BenchConfig {
+    /// Enrolled people (two irises each).
+    pub db_entries: usize,
+    /// Queries per batch (people, two irises each, 31 rotations).
+    pub queries: usize,
+    /// The dot-product kernel measured.
+    pub kernel: Kernel,
+}
+
+impl Default for BenchConfig {
+    fn default() -> BenchConfig {
+        BenchConfig {
+            db_entries: 2048,
+            kernel: Kernel::detect(),
+            queries: 4,
+        }
+    }
+}
+
+/// The figures, rates in comparisons per second.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchReport {
+    /// Dot-product kernel.
+    pub kernel: String,
+    /// Enrolled people in the run.
+    pub db_entries: usize,
+    /// Queries in the run.
+    pub queries: usize,
+    /// Dot-product phase, one party on one core.
+    pub dot_per_party_core: f64,
+    /// Comparison phase (reshare, lift, MSB, OR over rotations), per party-core.
+    pub compare_per_party_core: f64,
+    /// The whole pipeline of a batch, per party-core.
+    pub pipeline_per_party_core: f64,
+    /// Plaintext popcount matcher on one core.
+    pub plaintext_per_core: f64,
+    /// u16 multiply-adds per second one core sustains with the kernel's instruction.
+    pub mac_peak: f64,
+    /// Fraction of `mac_peak` the dot-product phase reaches.
+    pub mac_peak_fraction: f64,
+    /// How many times faster the plaintext matcher is than the secure pipeline.
+    pub plaintext_over_pipeline: f64,
+    /// Bytes each party sends per comparison in the pipeline.
+    pub bytes_per_comparison: f64,
+}
+
+impl std::fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = |x: f64| format!("{:.2} M/s", x / 1e6);
+        writeln!(
+            f,
+            "kernel {}, {} enrolled, {} queries (comparisons: query rotation x enrolled iris)",
+            self.kernel, self.db_entries, self.queries
+        )?;
+        writeln!(
+            f,
+            "  dot-product phase   {:>12} per party-core",
+            m(self.dot_per_party_core)
+        )?;
+        writeln!(
+            f,
+            "  comparison phase    {:>12} per party-core",
+            m(self.compare_per_party_core)
+        )?;
+        writeln!(
+            f,
+            "  whole pipeline      {:>12} per party-core",
+            m(self.pipeline_per_party_core)
+        )?;
+        writeln!(
+            f,
+            "  plaintext popcount  {:>12} per core",
+            m(self.plaintext_per_core)
+        )?;
+        writeln!(
+            f,
+            "  multiply-add peak   {:>9.1} G/s; dot phase at {:.0} % of it",
+            self.mac_peak / 1e9,
+            self.mac_peak_fraction * 100.0
+        )?;
+        writeln!(
+            f,
+            "  plaintext / secure  {:>9.1} x",
+            self.plaintext_over_pipeline
+        )?;
+        write!(
+            f,
+            "  sent per comparison {:>9.1} bytes per party",
+            self.bytes_per_comparison
+        )
+    }
+}
+
+fn measure<R>(f: impl FnOnce() -> R) -> (R, f64) {
+    let start = cpu_seconds();
+    let r = f();
+    (r, (cpu_seconds() - start).max(1e-9))
+}
+
+fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
+    (0..n).map(|_| rng.next_u32() as u16).collect()
+}
+
+/// The plaintext baseline: fractional-Hamming matching by popcount on the packed bits, with the
+/// same integer decision rule as the MPC, compiled for the best popcount this CPU has.
+mod plaintext {
+    use sdk_orb::plaintext::COMPARE_SCALE_B;
+    use sdk_orb::rotation::rotations;
+    use sdk_orb::IrisTemplate;
+
+    #[inline(always)]
+    fn matches(qc: &[u64; 200], qm: &[u64; 200], ec: &[u64; 200], em: &[u64; 200], a: u32) -> bool {
+        let mut common = 0u32;
+        let mut differing = 0u32;
+        for i in 0..200 {
+            let both = qm[i] & em[i];
+            common += both.count_ones();
+            differing += ((qc[i] ^ ec[i]) & both).count_ones();
+        }
+        let cd = i64::from(common) - 2 * i64::from(differing);
+        i64::from(COMPARE_SCALE_B) * cd > i64::from(a) * i64::from(common)
+    }
+
+    #[inline(always)]
+    fn count(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
+        let mut total = 0;
+        for (ql, qr) in queries {
+            for (query, eye) in [(ql, 0), (qr, 1)] {
+                for k in rotations() {
+                    let rotated = query.rotated(k);
+                    let (qc, qm) = (rotated.code().words(), rotated.mask().words());
+                    for person in db {
+                        let e = if eye == 0 { &person.0 } else { &person.1 };
+                        total +=
+                            usize::from(matches(qc, qm, e.code().words(), e.mask().words(), a));
+                    }
+                }
+            }
+        }
+        total
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vpopcntdq,popcnt")]
+    fn count_avx512(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
+        count(queries, db, a)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "popcnt")]
+    fn count_popcnt(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
+        count(queries, db, a)
+    }
+
+    /// Matching (query rotation, enrolled eye) pairs, counted.
+    #[allow(unsafe_code)]
+    pub fn count_matches(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+            {
+                // SAFETY: the features were detected.
+                return unsafe { count_avx512(queries, db, a) };
+            }
+            if std::arch::is_x86_feature_detected!("popcnt") {
+                // SAFETY: the feature was detected.
+                return unsafe { count_popcnt(queries, db, a) };
+            }
+        }
+        count(queries, db, a)
+    }
+}
+
+/// Runs every measurement; `progress` hears what is running.
+pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
+    let kernel = config.kernel;
+    let mut rng = ChaCha20Rng::seed_from_u64(2026);
+    let n = config.db_entries.max(1);
+    let q = config.queries.max(1);
+    let rows = q * ROTATION_COUNT;
+
+    progress("multiply-add peak");
+    let peak = mac_peak(kernel);
+
+    progress("dot-product phase");
+    let engine = CpuEngine::with(kernel, 1).expect("one bench thread starts");
+    let queries_code = random_u16(&mut rng, rows * CODE_COEFS);
+    let queries_mask = random_u16(&mut rng, rows * MASK_COEFS);
+    let db_code = random_u16(&mut rng, n * CODE_COEFS);
+    let db_mask = random_u16(&mut rng, n * MASK_COEFS);
+    let mut out = vec![0u16; rows * n];
+    let (_, dot_seconds) = measure(|| {
+        engine.dot(&queries_code, &db_code, CODE_COEFS, &mut out);
+        engine.dot(&queries_mask, &db_mask, MASK_COEFS, &mut out);
+    });
+    let dot_rate = (rows * n) as f64 / dot_seconds;
+    let mac_fraction = dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / peak;
+    drop((queries_code, queries_mask, db_code, db_mask, out));
+
+    progress("comparison phase");
+    let a = threshold_coefficient(DEFAULT_THRESHOLD);
+    let comparisons = rows * n;
+    let md: Vec<u16> = (0..comparisons)
+        .map(|_| (rng.next_u32() % 12_801) as u16)
+        .collect();
+    let cd: Vec<u16> = md.iter().map(|&m| m / 2).collect();
+    let (cd_shares, md_shares) = (additive_u16(&mut rng, &cd), additive_u16(&mut rng, &md));
+    let (_, compare_seconds) = measure(|| {
+        run_three(1, |s| {
+            let i = s.party().index();
+            let bits = match_bits(s, &cd_shares[i], &md_shares[i], a).expect("in-memory network");
+            or_blocks(s, &bits, ROTATION_COUNT).expect("in-memory network")
+        })
+    });
+    let compare_rate = comparisons as f64 / (compare_seconds / 3.0);
+    drop((cd_shares, md_shares));
+
+    progress("whole pipeline");
+    let people: Vec<(IrisTemplate, IrisTemplate)> = (0..n + q)
+        .map(|_| (synthetic::eye(&mut rng), synthetic::eye(&mut rng)))
+        .collect();
+    let shares: Vec<Vec<PartyShares>> = people
+        .iter()
+        .map(|(l, r)| synthetic::share_person(&mut rng, l, r))
+        .collect();
+    let engines: Vec<CpuEngine> = (0..3)
+        .map(|_| CpuEngine::with(kernel, 1).expect("one bench thread starts"))
+        .collect();
+    let pipeline_config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
+    let dbs: Vec<MatchDb> = (0..3)
+        .map(|i| {
+            let mut db = MatchDb::new();
+            for (d, person) in shares[..n].iter().enumerate() {
+                db.push(d as u64 + 1, &person[i]);
+            }
+            db
+        })
+        .collect();
+    let (results, pipeline_seconds) = measure(|| {
+        run_three(2, |s| {
+            let i = s.party().index();
+            let db = &dbs[i];
+            let requests: Vec<PipelineRequest<'_>> = shares[n..]
+                .iter()
+                .map(|person| PipelineRequest {
+                    shares: &person[i],
+                    target: Target::Database,
+                    against_earlier: false,
+                    candidate: false,
+                    or_policy: false,
+                })
+                .collect();
+            evaluate(s, &engines[i], db, &requests, &pipeline_config).expect("in-memory network")
+        })
+    });
+    let pipeline_comparisons = 2 * rows * n;
+    let pipeline_rate = pipeline_comparisons as f64 / (pipeline_seconds / 3.0);
+    let bytes = results[0].1.bytes_sent as f64 / pipeline_comparisons as f64;
+
+    progress("plaintext matcher");
+    let (matches, plain_seconds) =
+        measure(|| plaintext::count_matches(&people[n..], &people[..n], a));
+    std::hint::black_box(matches);
+    let plain_rate = pipeline_comparisons as f64 / plain_seconds;
+
+    BenchReport {
+        kernel: kernel.name().to_owned(),
+        db_entries: n,
+        queries: q,
+        dot_per_party_core: dot_rate,
+        compare_per_party_core: compare_rate,
+        pipeline_per_party_core: pipeline_rate,
+        plaintext_per_core: plain_rate,
+        mac_peak: peak,
+        mac_peak_fraction: mac_fraction,
+        plaintext_over_pipeline: plain_rate / pipeline_rate,
+        bytes_per_comparison: bytes,
+    }
+}

@@ -1,0 +1,303 @@
+//! `ocelli-node bench --engine gpu`: the three parties in one process, sharing one
+//! accelerator, each with its own engine and resident database, over the in-memory network.
+//!
+//! Rates are wall-clock and per party-accelerator: what one party does per second while the
+//! three share the device, times three. The measuring is engine-agnostic (tests run it on CPU
+//! engines); only the engines and the GEMM probe are the GPU's.
+
+use std::time::Instant;
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use sdk_orb::plaintext::{threshold_coefficient, DEFAULT_THRESHOLD};
+use sdk_orb::rotation::ROTATION_COUNT;
+use sdk_orb::shamir::PartyShares;
+use sdk_orb::{CODE_COEFS, MASK_COEFS};
+
+use crate::compare::{match_bits, or_blocks};
+use crate::db::MatchDb;
+use crate::db::Part;
+use crate::dot::DotEngine;
+use crate::error::EngineError;
+use crate::local::{additive_u16, run_three};
+use crate::pipeline::{evaluate, PipelineConfig, PipelineRequest, Target};
+use crate::synthetic::random_shares;
+
+/// Sizes of a run.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceBenchConfig {
+    /// Enrolled people in the dot-product phase (two irises each, one database shared by the
+    /// three parties' engines, each with its own resident copy).
+    pub db_entries: usize,
+    /// Enrolled people in the whole-pipeline run (at most `db_entries`).
+    pub pipeline_entries: usize,
+    /// Queries (people, two irises each, 31 rotations).
+    pub queries: usize,
+    /// Comparisons in the comparison-phase run.
+    pub compare_comparisons: usize,
+    /// Comparisons per pipeline pass.
+    pub max_pass_comparisons: usize,
+}
+
+/// The figures; rates in comparisons (one query rotation against one enrolled iris, code and
+/// mask) per second per party-accelerator.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct DeviceBenchReport {
+    /// The engine (device name).
+    pub engine: String,
+    /// Enrolled people in the dot-product phase.
+    pub db_entries: usize,
+    /// Enrolled people in the whole-pipeline run.
+    pub pipeline_entries: usize,
+    /// Queries.
+    pub queries: usize,
+    /// Seconds to make one party's database resident.
+    pub load_seconds: f64,
+    /// Dot-product phase: comparisons (a 12,800 and a 6,400 element product each).
+    pub dot_per_party_device: f64,
+    /// The same in 12,800-element products (1.5 per comparison).
+    pub dot_12800_per_party_device: f64,
+    /// Comparison phase (reshare, lift, MSB, OR over rotations; on the host's CPU threads).
+    pub compare_per_party_device: f64,
+    /// The whole pipeline of a batch.
+    pub pipeline_per_party_device: f64,
+    /// Int8 operations per second the GEMMs sustain on device-resident operands.
+    pub gemm_ops_per_second: f64,
+    /// The device's data-sheet dense int8 peak, where known.
+    pub int8_peak: Option<f64>,
+    /// `gemm_ops_per_second / int8_peak`.
+    pub gemm_peak_fraction: Option<f64>,
+    /// The dot-product phase's int8 operations (3 GEMMs per product) over the peak.
+    pub dot_peak_fraction: Option<f64>,
+    /// Bytes each party sends per comparison.
+    pub bytes_per_comparison: f64,
+    /// Link each party needs for 10 requests per second against 10 million people, Gbit/s.
+    pub link_gbit_10rps_10m: f64,
+}
+
+impl std::fmt::Display for DeviceBenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = |x: f64| format!("{:.3} G/s", x / 1e9);
+        let pct = |x: Option<f64>| x.map_or("n/a".to_owned(), |x| format!("{:.0} %", x * 100.0));
+        writeln!(
+            f,
+            "{}: {} enrolled ({} in the pipeline run), {} queries; per party-device, three \
+             parties sharing it",
+            self.engine, self.db_entries, self.pipeline_entries, self.queries
+        )?;
+        writeln!(
+            f,
+            "  database resident   {:>12.2} s per party",
+            self.load_seconds
+        )?;
+        writeln!(
+            f,
+            "  dot-product phase   {:>12} comparisons ({} 12,800-element products)",
+            g(self.dot_per_party_device),
+            g(self.dot_12800_per_party_device)
+        )?;
+        writeln!(
+            f,
+            "  comparison phase    {:>12} (host CPU threads)",
+            g(self.compare_per_party_device)
+        )?;
+        writeln!(
+            f,
+            "  whole pipeline      {:>12}",
+            g(self.pipeline_per_party_device)
+        )?;
+        writeln!(
+            f,
+            "  int8 GEMMs          {:>9.0} T op/s, {} of the data-sheet peak; dot phase at {}",
+            self.gemm_ops_per_second / 1e12,
+            pct(self.gemm_peak_fraction),
+            pct(self.dot_peak_fraction)
+        )?;
+        write!(
+            f,
+            "  sent per comparison {:>9.1} bytes per party: {:.0} Gbit/s per party for 10 \
+             requests/s against 10 M people",
+            self.bytes_per_comparison, self.link_gbit_10rps_10m
+        )
+    }
+}
+
+/// Int8 operations per comparison: three GEMMs over 12,800 + 6,400 elements, two per MAC.
+const INT8_OPS_PER_COMPARISON: f64 = (3 * 2 * (CODE_COEFS + MASK_COEFS)) as f64;
+
+/// Runs the phases on `engines` (one per party, sharing a device); `peak` is the device's
+/// data-sheet int8 peak and `gemm_ops` the GEMM probe's figure, where known.
+pub fn run(
+    config: DeviceBenchConfig,
+    engines: [&dyn DotEngine; 3],
+    (gemm_ops, peak): (f64, Option<f64>),
+    mut progress: impl FnMut(&str),
+) -> Result<DeviceBenchReport, EngineError> {
+    let mut rng = ChaCha20Rng::seed_from_u64(2027);
+    let n = config.db_entries.max(1);
+    let q = config.queries.max(1);
+    let rows = q * ROTATION_COUNT;
+
+    progress("random shares");
+    // Random shares cost the engines exactly what real ones do.
+    let mut db = MatchDb::new();
+    for d in 0..n {
+        db.push(d as u64 + 1, &random_shares(&mut rng));
+    }
+    let queries: Vec<Box<PartyShares>> = (0..q).map(|_| random_shares(&mut rng)).collect();
+    let mut query_rows = |part: Part| -> Vec<u16> {
+        (0..rows * part.coefs())
+            .map(|_| rng.next_u32() as u16)
+            .collect()
+    };
+    let (q_code, q_mask) = (query_rows(Part::Code), query_rows(Part::Mask));
+
+    progress("database resident on each party's engine");
+    let started = Instant::now();
+    for e in engines {
+        e.prepare(&db)?;
+    }
+    let load_seconds = started.elapsed().as_secs_f64() / 3.0;
+
+    progress("dot-product phase");
+    // Bounded output: rows x chunk u16 per call.
+    let chunk = (config.max_pass_comparisons / rows).clamp(1, n);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for e in engines {
+            let (db, q_code, q_mask) = (&db, &q_code, &q_mask);
+            scope.spawn(move || {
+                let mut out = vec![0u16; rows * chunk];
+                for start in (0..n).step_by(chunk) {
+                    let end = (start + chunk).min(n);
+                    let out = &mut out[..rows * (end - start)];
+                    for eye in 0..2 {
+                        e.dot_db(q_code, db, eye, Part::Code, start..end, out);
+                        e.dot_db(q_mask, db, eye, Part::Mask, start..end, out);
+                    }
+                }
+            });
+        }
+    });
+    let dot_seconds = started.elapsed().as_secs_f64();
+    let dot_comparisons = (2 * rows * n) as f64;
+    let dot_rate = 3.0 * dot_comparisons / dot_seconds;
+
+    progress("comparison phase");
+    let a = threshold_coefficient(DEFAULT_THRESHOLD);
+    // Whole bit-sliced words for each of the 31 rotations.
+    let block = 64 * ROTATION_COUNT;
+    let comparisons = config.compare_comparisons.div_ceil(block).max(1) * block;
+    let md: Vec<u16> = (0..comparisons)
+        .map(|_| (rng.next_u32() % 12_801) as u16)
+        .collect();
+    let cd: Vec<u16> = md.iter().map(|&m| m / 2).collect();
+    let (cd_shares, md_shares) = (additive_u16(&mut rng, &cd), additive_u16(&mut rng, &md));
+    let started = Instant::now();
+    run_three(1, |s| {
+        let i = s.party().index();
+        let bits = match_bits(s, &cd_shares[i], &md_shares[i], a).expect("in-memory network");
+        or_blocks(s, &bits, ROTATION_COUNT).expect("in-memory network")
+    });
+    let compare_rate = 3.0 * comparisons as f64 / started.elapsed().as_secs_f64();
+    drop((cd_shares, md_shares));
+
+    progress("whole pipeline");
+    let p = config.pipeline_entries.clamp(1, n);
+    while db.len() > p {
+        db.remove(db.len() - 1);
+    }
+    let mut pipeline_config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
+    pipeline_config.max_pass_comparisons = config.max_pass_comparisons;
+    pipeline_config.chunk_entries = usize::MAX;
+    let started = Instant::now();
+    let results = run_three(2, |s| {
+        let i = s.party().index();
+        let requests: Vec<PipelineRequest<'_>> = queries
+            .iter()
+            .map(|person| PipelineRequest {
+                shares: person,
+                target: Target::Database,
+                against_earlier: false,
+                candidate: false,
+                or_policy: false,
+            })
+            .collect();
+        evaluate(s, engines[i], &db, &requests, &pipeline_config).expect("in-memory network")
+    });
+    let pipeline_seconds = started.elapsed().as_secs_f64();
+    let pipeline_comparisons = (2 * rows * p) as f64;
+    let pipeline_rate = 3.0 * pipeline_comparisons / pipeline_seconds;
+    let bytes = results[0].1.bytes_sent as f64 / pipeline_comparisons;
+    // 10 requests/s x 10 M people x 2 irises x 31 rotations.
+    let link = 10.0 * 10e6 * 2.0 * ROTATION_COUNT as f64 * bytes * 8.0 / 1e9;
+
+    Ok(DeviceBenchReport {
+        engine: engines[0].name(),
+        db_entries: n,
+        pipeline_entries: p,
+        queries: q,
+        load_seconds,
+        dot_per_party_device: dot_rate,
+        dot_12800_per_party_device: dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / CODE_COEFS as f64,
+        compare_per_party_device: compare_rate,
+        pipeline_per_party_device: pipeline_rate,
+        gemm_ops_per_second: gemm_ops,
+        int8_peak: peak,
+        gemm_peak_fraction: peak.map(|p| gemm_ops / p),
+        dot_peak_fraction: peak.map(|p| dot_rate * INT8_OPS_PER_COMPARISON / p),
+        bytes_per_comparison: bytes,
+        link_gbit_10rps_10m: link,
+    })
+}
+
+/// The GPU run: three engines (one per party) sharding their databases over `devices`, the
+/// GEMM probe, the data-sheet peak of the first device.
+///
+/// # Errors
+/// No usable GPU (the message says why), or a phase failed.
+#[cfg(feature = "gpu")]
+pub fn run_gpu(
+    config: DeviceBenchConfig,
+    devices: &[usize],
+    mut progress: impl FnMut(&str),
+) -> Result<DeviceBenchReport, EngineError> {
+    use crate::engine::gpu::{int8_dense_peak, GpuEngine};
+    let engine = |_| GpuEngine::with_devices(devices);
+    let engines = [engine(0)?, engine(1)?, engine(2)?];
+    progress("int8 GEMM probe");
+    let gemm_ops = engines[0].gemm_ops_per_second(16_384, 4_096, CODE_COEFS, 10)?;
+    let peak = int8_dense_peak(&engines[0].device_name()?);
+    run(
+        config,
+        [&engines[0], &engines[1], &engines[2]],
+        (gemm_ops, peak),
+        progress,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::CpuEngine;
+
+    /// The measuring itself, on CPU engines at toy sizes: every phase runs and the figures
+    /// are consistent.
+    #[test]
+    fn the_device_bench_runs_on_any_engine() {
+        let cpu = CpuEngine::new();
+        let config = DeviceBenchConfig {
+            db_entries: 9,
+            pipeline_entries: 5,
+            queries: 2,
+            compare_comparisons: 1_000,
+            max_pass_comparisons: 200,
+        };
+        let report = run(config, [&cpu, &cpu, &cpu], (1e12, Some(2e12)), |_| {})
+            .expect("bench on CPU engines");
+        assert_eq!(report.pipeline_entries, 5);
+        assert!(report.dot_per_party_device > 0.0 && report.pipeline_per_party_device > 0.0);
+        assert_eq!(report.gemm_peak_fraction, Some(0.5));
+        assert!(report.bytes_per_comparison > 1.0, "{report}");
+    }
+}

@@ -1,0 +1,250 @@
+//! The in-memory database matching runs against: one party's shares of every enrolled
+//! person, contiguous per eye so engines stream it (codes `n x 12,800`, trimmed masks
+//! `n x 6,400`), with the serial id of each row.
+//!
+//! Rows are kept sorted by serial id. The three parties pair query and database rows by
+//! position, so every party must hold the same rows in the same order whatever its history
+//! (restarts reload in serial order).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sdk_orb::shamir::PartyShares;
+
+use sdk_orb::{CODE_COEFS, MASK_COEFS};
+use zeroize::Zeroize;
+
+/// Which share vectors of an enrolled entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Code shares, 12,800 coefficients.
+    Code,
+    /// Trimmed-mask shares, 6,400 coefficients.
+    Mask,
+}
+
+impl Part {
+    /// Coefficients per vector.
+    pub const fn coefs(self) -> usize {
+        match self {
+            Part::Code => CODE_COEFS,
+            Part::Mask => MASK_COEFS,
+        }
+    }
+}
+
+/// Inserts `values` as row `row` of the row-major `rows`. Growth goes through
+/// [`reserve_zeroizing`], so no copy of earlier rows is freed unzeroized.
+fn insert_row(rows: &mut Vec<u16>, row: usize, values: &[u16]) {
+    reserve_zeroizing(rows, values.len());
+    let at = row * values.len();
+    // Within capacity: `splice` shifts the tail in place and does not reallocate.
+    rows.splice(at..at, values.iter().copied());
+}
+
+/// Makes room for `additional` more elements. Where the capacity does not suffice, the
+/// contents move to a new allocation (doubling, as `Vec` would) and the old one is zeroized
+/// before it is freed; `Vec::reserve` would free it with the shares still in it.
+fn reserve_zeroizing(v: &mut Vec<u16>, additional: usize) {
+    let needed = v.len() + additional;
+    if needed <= v.capacity() {
+        return;
+    }
+    let mut grown = Vec::with_capacity(needed.max(2 * v.capacity()));
+    grown.extend_from_slice(v);
+    let mut old = core::mem::replace(v, grown);
+    old.zeroize();
+}
+
+/// Changes a database remembers for mirrors to replay; an older mirror reloads in full.
+pub const CHANGE_LOG: usize = 4096;
+
+/// One change to the database, by serial id, for mirrors (a GPU engine's resident copy) to
+/// replay in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The entry was added or its shares replaced.
+    Upsert(u64),
+    /// The entry was removed.
+    Remove(u64),
+}
+
+/// Distinguishes databases, so a mirror never replays one database's changes onto another's.
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
+/// Contiguous share database.
+pub struct MatchDb {
+    serial_ids: Vec<u64>,
+    codes: [Vec<u16>; 2],
+    masks: [Vec<u16>; 2],
+    instance: u64,
+    /// Changes ever made; the log holds the last `log.len()` of them.
+    generation: u64,
+    log: VecDeque<Change>,
+}
+
+impl Default for MatchDb {
+    fn default() -> MatchDb {
+        MatchDb {
+            serial_ids: Vec::new(),
+            codes: Default::default(),
+            masks: Default::default(),
+            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            generation: 0,
+            log: VecDeque::new(),
+        }
+    }
+}
+
+impl core::fmt::Debug for MatchDb {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MatchDb")
+            .field("entries", &self.serial_ids.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for MatchDb {
+    fn drop(&mut self) {
+        for v in self.codes.iter_mut().chain(self.masks.iter_mut()) {
+            v.zeroize();
+        }
+    }
+}
+
+impl MatchDb {
+    /// An empty database.
+    pub fn new() -> MatchDb {
+        MatchDb::default()
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.serial_ids.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.serial_ids.is_empty()
+    }
+
+    /// Serial ids by row.
+    pub fn serial_ids(&self) -> &[u64] {
+        &self.serial_ids
+    }
+
+    /// Identifies this database among all in the process.
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// Number of changes ever made.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The changes after the first `generation`, in order; `None` once they have left the log.
+    pub fn changes_since(&self, generation: u64) -> Option<impl Iterator<Item = Change> + '_> {
+        let kept = self.log.len() as u64;
+        let skip = generation.checked_sub(self.generation - kept)?;
+        (generation <= self.generation).then(|| self.log.iter().skip(skip as usize).copied())
+    }
+
+    fn record(&mut self, change: Change) {
+        if self.log.len() == CHANGE_LOG {
+            self.log.pop_front();
+        }
+        self.log.push_back(change);
+        self.generation += 1;
+    }
+
+    /// The row of `serial_id`, if enrolled.
+    pub fn row_of(&self, serial_id: u64) -> Option<usize> {
+        self.serial_ids.binary_search(&serial_id).ok()
+    }
+
+    /// Adds an entry with a serial id above every enrolled one (the usual case).
+    ///
+    /// # Panics
+    /// If `serial_id` is not above every enrolled serial id.
+    pub fn push(&mut self, serial_id: u64, shares: &PartyShares) {
+        assert!(self.serial_ids.last().is_none_or(|&last| last < serial_id));
+        self.insert(serial_id, shares);
+    }
+
+    /// Adds an entry at its place in serial order; returns its row. Replaces an entry with the
+    /// same serial id.
+    pub fn insert(&mut self, serial_id: u64, shares: &PartyShares) -> usize {
+        let row = match self.serial_ids.binary_search(&serial_id) {
+            Ok(row) => {
+                self.replace(row, shares);
+                return row;
+            }
+            Err(row) => row,
+        };
+        self.record(Change::Upsert(serial_id));
+        self.serial_ids.insert(row, serial_id);
+        for (eye, e) in [&shares.left, &shares.right].into_iter().enumerate() {
+            insert_row(&mut self.codes[eye], row, e.code.coefs());
+            insert_row(&mut self.masks[eye], row, e.mask.coefs());
+        }
+        row
+    }
+
+    /// Overwrites row `row` with new shares (reset).
+    pub fn replace(&mut self, row: usize, shares: &PartyShares) {
+        self.record(Change::Upsert(self.serial_ids[row]));
+        for (eye, e) in [&shares.left, &shares.right].into_iter().enumerate() {
+            self.codes[eye][row * CODE_COEFS..(row + 1) * CODE_COEFS]
+                .copy_from_slice(e.code.coefs());
+            self.masks[eye][row * MASK_COEFS..(row + 1) * MASK_COEFS]
+                .copy_from_slice(e.mask.coefs());
+        }
+    }
+
+    /// Removes row `row` (deletion): later rows move up, keeping serial order, and the
+    /// vacated tail is zeroized, so nothing of the deleted entry stays behind.
+    pub fn remove(&mut self, row: usize) {
+        let last = self.len() - 1;
+        self.record(Change::Remove(self.serial_ids[row]));
+        self.serial_ids.remove(row);
+        for (v, len) in self
+            .codes
+            .iter_mut()
+            .map(|v| (v, CODE_COEFS))
+            .chain(self.masks.iter_mut().map(|v| (v, MASK_COEFS)))
+        {
+            v.copy_within((row + 1) * len..(last + 1) * len, row * len);
+            v[last * len..].zeroize();
+            v.truncate(last * len);
+        }
+    }
+
+    /// One eye's code share of row `row`.
+    pub fn code(&self, eye: usize, row: usize) -> &[u16] {
+        &self.codes[eye][row * CODE_COEFS..(row + 1) * CODE_COEFS]
+    }
+
+    /// One eye's trimmed mask share of row `row`.
+    pub fn mask(&self, eye: usize, row: usize) -> &[u16] {
+        &self.masks[eye][row * MASK_COEFS..(row + 1) * MASK_COEFS]
+    }
+
+    /// One eye's code shares of rows `rows`, contiguous.
+    pub fn codes(&self, eye: usize, rows: core::ops::Range<usize>) -> &[u16] {
+        &self.codes[eye][rows.start * CODE_COEFS..rows.end * CODE_COEFS]
+    }
+
+    /// One eye's `part` shares of rows `rows`, contiguous.
+    pub fn vectors(&self, eye: usize, part: Part, rows: core::ops::Range<usize>) -> &[u16] {
+        match part {
+            Part::Code => self.codes(eye, rows),
+            Part::Mask => self.masks(eye, rows),
+        }
+    }
+
+    /// One eye's trimmed mask shares of rows `rows`, contiguous.
+    pub fn masks(&self, eye: usize, rows: core::ops::Range<usize>) -> &[u16] {
+        &self.masks[eye][rows.start * MASK_COEFS..rows.end * MASK_COEFS]
+    }
+}

@@ -1,0 +1,264 @@
+//! The GPU engine: u16 dot products mod 2^16 as int8 tensor-core GEMMs through cuBLAS
+//! (`cublasGemmEx`, i8 inputs, i32 accumulation), with the enrolled database resident in
+//! device memory.
+//!
+//! Every vector is stored split into shifted low and high bytes with its correction term (see
+//! [`super::split`]). One product block is three GEMMs, `DB_lo^T Q_lo` into one i32 buffer and
+//! `DB_lo^T Q_hi + DB_hi^T Q_lo` into another, then the `combine` kernel (compiled at run time
+//! with NVRTC) adds the corrections and writes u16 results in the engine's layout.
+//!
+//! cudarc loads libcuda, libnvrtc and libcublas when the engine is created, so the node builds
+//! and runs without them; [`GpuEngine::new`] says which is missing.
+
+mod blas;
+mod buffers;
+mod datasheet;
+mod device;
+pub mod error;
+mod rows;
+
+pub use datasheet::int8_dense_peak;
+pub use error::GpuError;
+
+use std::sync::Mutex;
+
+use cudarc::driver::CudaContext;
+
+use self::buffers::*;
+use self::device::Device;
+use self::rows::{plane_index, DeviceDb};
+use crate::db::{MatchDb, Part};
+use crate::dot::DotEngine;
+use crate::engine::mirror::{Mirror, Sharded};
+use crate::error::EngineError;
+
+struct State {
+    /// One per shard of the database, in shard order.
+    devices: Vec<Device>,
+    mirror: Mirror<Sharded<DeviceDb>>,
+}
+
+/// The GPU dot-product engine: one device, or several holding contiguous shards of the
+/// enrolled database (rows in the [`MatchDb`]'s order across them). Each device computes its
+/// shard's block of a product; the host places the blocks, which it receives anyway, so the
+/// devices have nothing to combine among themselves.
+pub struct GpuEngine {
+    name: String,
+    state: Mutex<State>,
+}
+
+impl core::fmt::Debug for GpuEngine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("GpuEngine")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuEngine {
+    /// Whether a GPU engine can be created on device `ordinal`, and if not, why.
+    ///
+    /// # Errors
+    /// The reason, for the skip message of tests and the error of the node's start.
+    pub fn probe(ordinal: usize) -> Result<(), GpuError> {
+        // SAFETY: these only try to open the shared libraries.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(GpuError::NoDriver);
+        }
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(GpuError::NoNvrtc);
+        }
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(GpuError::NoCublas);
+        }
+        let count = CudaContext::device_count()?;
+        if ordinal >= count.max(0) as usize {
+            return Err(GpuError::NoDevice { ordinal, count });
+        }
+        Ok(())
+    }
+
+    /// An engine on device `ordinal`, with its own stream, cuBLAS handle and (empty)
+    /// resident database.
+    ///
+    /// # Errors
+    /// See [`GpuEngine::probe`]; also a failed kernel compilation or allocation.
+    pub fn new(ordinal: usize) -> Result<GpuEngine, GpuError> {
+        Self::with_devices(&[ordinal])
+    }
+
+    /// An engine sharding the database over `ordinals`, one shard per entry (an ordinal may
+    /// repeat: two shards on one device).
+    ///
+    /// # Errors
+    /// As [`GpuEngine::new`], for any of the devices.
+    ///
+    /// # Panics
+    /// If `ordinals` is empty.
+    pub fn with_devices(ordinals: &[usize]) -> Result<GpuEngine, GpuError> {
+        assert!(!ordinals.is_empty());
+        let mut devices = Vec::new();
+        let mut shards = Vec::new();
+        for &ordinal in ordinals {
+            Self::probe(ordinal)?;
+            let device = Device::new(ordinal)?;
+            shards.push(DeviceDb::new(device.stream.clone())?);
+            devices.push(device);
+        }
+        let ctx = &devices[0].ctx;
+        let (major, minor) = ctx.compute_capability()?;
+        let list: Vec<String> = ordinals.iter().map(usize::to_string).collect();
+        let name = format!("gpu:{} {} (sm_{major}{minor})", list.join(","), ctx.name()?);
+        let state = State {
+            devices,
+            mirror: Mirror::new(Sharded::new(shards)),
+        };
+        Ok(GpuEngine {
+            name,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// The first device's name as the driver reports it.
+    ///
+    /// # Errors
+    /// The driver call failed.
+    pub fn device_name(&self) -> Result<String, GpuError> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(state.devices[0].ctx.name()?)
+    }
+
+    /// Brings the resident database to `db` now (at start, after loading the store), rather
+    /// than at the first batch.
+    ///
+    /// # Errors
+    /// A device allocation or copy failed.
+    pub fn sync(&self, db: &MatchDb) -> Result<(), GpuError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(state.mirror.sync(db)?)
+    }
+
+    /// Int8 operations per second (two per multiply-add) the engine's GEMM calls sustain on
+    /// the first device, on `m x k` by `k x n` operands already there: the three GEMMs of a
+    /// product block, `repeats` times, without transfers or the combine kernel.
+    ///
+    /// # Errors
+    /// A device allocation or cuBLAS call failed.
+    pub fn gemm_ops_per_second(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        repeats: usize,
+    ) -> Result<f64, GpuError> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.devices[0].gemm_ops_per_second((m, n, k), repeats)
+    }
+
+    fn run(&self, f: impl FnOnce(&mut State) -> Result<(), GpuError>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // The engine trait has no error path: a failing device ends the batch, whose
+        // evaluation runs on its own task, and the node reports it.
+        if let Err(e) = f(&mut state) {
+            panic!("{}: {e}", self.name);
+        }
+    }
+}
+
+impl DotEngine for GpuEngine {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn prepare(&self, db: &MatchDb) -> Result<(), EngineError> {
+        let started = std::time::Instant::now();
+        self.sync(db)?;
+        tracing::info!(
+            engine = %self.name,
+            entries = db.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "enrolled shares resident on the GPU"
+        );
+        Ok(())
+    }
+
+    fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
+        assert!(
+            len.is_multiple_of(64)
+                && queries.len().is_multiple_of(len)
+                && db.len().is_multiple_of(len)
+        );
+        let (n, m) = (queries.len() / len, db.len() / len);
+        assert_eq!(out.len(), n * m);
+        if n == 0 || m == 0 {
+            return;
+        }
+        self.run(|state| {
+            let device = &mut state.devices[0];
+            device.ctx.bind_to_thread()?;
+            let stream = device.stream.clone();
+            stage(&stream, &mut device.scratch.d, db, len, round_up(m, PAD))?;
+            device.product(queries, None, 0, m, out)
+        });
+    }
+
+    fn dot_db(
+        &self,
+        queries: &[u16],
+        db: &MatchDb,
+        eye: usize,
+        part: Part,
+        rows: core::ops::Range<usize>,
+        out: &mut [u16],
+    ) {
+        let len = part.coefs();
+        assert!(queries.len().is_multiple_of(len) && rows.end <= db.len());
+        let (n, m) = (queries.len() / len, rows.len());
+        assert_eq!(out.len(), n * m);
+        if n == 0 || m == 0 {
+            return;
+        }
+        self.run(|state| {
+            let State { devices, mirror } = state;
+            mirror.sync(db)?;
+            let store = mirror.store();
+            let pieces = store.pieces(rows.clone());
+            let plane = |k: usize| &store.shards()[k].planes[plane_index(eye, part)];
+            if let [(k, local, _)] = pieces.as_slice() {
+                return devices[*k].product(queries, Some(plane(*k)), local.start, m, out);
+            }
+            // Several shards: each device computes its block on its own thread.
+            let blocks = std::thread::scope(|scope| {
+                let mut handles = Vec::new();
+                for (device_index, device) in devices.iter_mut().enumerate() {
+                    let Some((k, local, offset)) =
+                        pieces.iter().find(|p| p.0 == device_index).cloned()
+                    else {
+                        continue;
+                    };
+                    let plane = plane(k);
+                    handles.push(scope.spawn(move || {
+                        let mut block = vec![0u16; n * local.len()];
+                        device
+                            .product(queries, Some(plane), local.start, local.len(), &mut block)
+                            .map(|()| (offset, local.len(), block))
+                    }));
+                }
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a device thread panicked"))
+                    .collect::<Result<Vec<_>, GpuError>>()
+            })?;
+            for (offset, width, block) in blocks {
+                for q in 0..n {
+                    out[q * m + offset..q * m + offset + width]
+                        .copy_from_slice(&block[q * width..(q + 1) * width]);
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,158 @@
+//! One CUDA device: context, stream, kernel, cuBLAS handle and scratch buffers, and the
+//! product of host queries against device rows.
+
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
+    PushKernelArg,
+};
+
+use super::blas::*;
+use super::buffers::*;
+use super::error::GpuError;
+use crate::engine::split::length_term;
+
+/// One device: its context, stream, kernel, cuBLAS handle and scratch buffers.
+pub(super) struct Device {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    pub(super) combine: CudaFunction,
+    pub(super) blas: CudaBlas,
+    pub(super) scratch: Scratch,
+}
+
+impl Device {
+    pub(super) fn new(ordinal: usize) -> Result<Device, GpuError> {
+        let ctx = CudaContext::new(ordinal)?;
+        let stream = ctx.new_stream()?;
+        let ptx = compile_kernels(None)?;
+        let combine = ctx.load_module(ptx)?.load_function(COMBINE_KERNEL)?;
+        let blas = CudaBlas::new(stream.clone())?;
+        let scratch = Scratch::new(&stream)?;
+        Ok(Device {
+            ctx,
+            stream,
+            combine,
+            blas,
+            scratch,
+        })
+    }
+
+    /// `out = db^T q`: rows `first..first + m` of `db` against `queries` (host vectors of
+    /// `db.len`), `out` row-major `n x m`.
+    pub(super) fn product(
+        &mut self,
+        queries: &[u16],
+        db: Option<&Plane>,
+        first: usize,
+        m: usize,
+        out: &mut [u16],
+    ) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread()?;
+        let stream = &self.stream;
+        let Scratch { q, d, outputs } = &mut self.scratch;
+        let db = db.unwrap_or(d);
+        let len = db.len;
+        let n = queries.len() / len;
+        let (m_pad, n_pad) = (round_up(m, PAD), round_up(n, PAD));
+        stage(stream, q, queries, len, n_pad)?;
+        assert_eq!(out.len(), m * n);
+        assert!(first + m_pad <= db.capacity() && n_pad <= q.capacity());
+        ensure(stream, &mut outputs.ll, m_pad * n_pad)?;
+        ensure(stream, &mut outputs.cross, m_pad * n_pad)?;
+        ensure(stream, &mut outputs.out, m * n)?;
+        let a = first * len..(first + m_pad) * len;
+        let b = 0..n_pad * len;
+        {
+            let views = (
+                db.lo.slice(a.clone()),
+                db.hi.slice(a),
+                q.lo.slice(b.clone()),
+                q.hi.slice(b),
+            );
+            let (a_lo, _a_lo) = views.0.device_ptr(stream);
+            let (a_hi, _a_hi) = views.1.device_ptr(stream);
+            let (b_lo, _b_lo) = views.2.device_ptr(stream);
+            let (b_hi, _b_hi) = views.3.device_ptr(stream);
+            let (ll, _ll) = outputs.ll.device_ptr_mut(stream);
+            let (cross, _cross) = outputs.cross.device_ptr_mut(stream);
+            let shape = (m_pad, n_pad, len);
+            int8_gemm(&self.blas, shape, (a_lo, b_lo, ll), 0)?;
+            int8_gemm(&self.blas, shape, (a_lo, b_hi, cross), 0)?;
+            int8_gemm(&self.blas, shape, (a_hi, b_lo, cross), 1)?;
+        }
+        let c_db = db.corrections.slice(first..first + m);
+        let (m32, m_pad32, n32) = (m as u32, m_pad as u32, n as u32);
+        let length = u32::from(length_term(len));
+        let config = LaunchConfig {
+            grid_dim: (m32.div_ceil(256), n32.min(65_535), 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.combine);
+        launch
+            .arg(&outputs.ll)
+            .arg(&outputs.cross)
+            .arg(&c_db)
+            .arg(&q.corrections)
+            .arg(&mut outputs.out)
+            .arg(&m32)
+            .arg(&m_pad32)
+            .arg(&n32)
+            .arg(&length);
+        // SAFETY: the argument list matches `combine`'s signature in KERNELS_CU; every index
+        // the kernel forms is below the sizes ensured above.
+        unsafe { launch.launch(config) }?;
+        stream.memcpy_dtoh(&outputs.out.slice(0..m * n), out)?;
+        stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Int8 operations per second of the three GEMM calls on resident `m x k` by `k x n`
+    /// operands, `repeats` times, without transfers or the combine kernel.
+    pub(super) fn gemm_ops_per_second(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        repeats: usize,
+    ) -> Result<f64, GpuError> {
+        self.ctx.bind_to_thread()?;
+        let (m, n) = (round_up(m, PAD), round_up(n, PAD));
+        let stream = &self.stream;
+        let a: CudaSlice<i8> = stream.clone_htod(&vec![3i8; m * k])?;
+        let b: CudaSlice<i8> = stream.clone_htod(&vec![-5i8; n * k])?;
+        let mut c: CudaSlice<i32> = stream.alloc_zeros(m * n)?;
+        let run = |c: &mut CudaSlice<i32>| -> Result<(), GpuError> {
+            let (pa, _ra) = a.device_ptr(stream);
+            let (pb, _rb) = b.device_ptr(stream);
+            let (pc, _rc) = c.device_ptr_mut(stream);
+            for beta in [0i32, 0, 1] {
+                int8_gemm(&self.blas, (m, n, k), (pa, pb, pc), beta)?;
+            }
+            Ok(())
+        };
+        run(&mut c)?;
+        stream.synchronize()?;
+        let started = std::time::Instant::now();
+        for _ in 0..repeats {
+            run(&mut c)?;
+        }
+        stream.synchronize()?;
+        let seconds = started.elapsed().as_secs_f64();
+        Ok((3 * repeats * 2 * m * n * k) as f64 / seconds)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Best effort, as for the database: scratch holds query shares and products.
+        let (s, stream) = (&mut self.scratch, &self.stream);
+        let _ = s.q.wipe(stream);
+        let _ = s.d.wipe(stream);
+        let _ = stream.memset_zeros(&mut s.outputs.ll);
+        let _ = stream.memset_zeros(&mut s.outputs.cross);
+        let _ = stream.memset_zeros(&mut s.outputs.out);
+        let _ = stream.synchronize();
+    }
+}

@@ -1,0 +1,36 @@
+//! Why the GPU engine cannot run.
+
+use cudarc::cublas::result::CublasError;
+use cudarc::driver::DriverError;
+use cudarc::nvrtc::CompileError;
+
+/// Why the GPU engine cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// No CUDA driver library.
+    #[error("no CUDA driver library (libcuda.so) could be loaded: no NVIDIA driver here")]
+    NoDriver,
+    /// No NVRTC library.
+    #[error("no NVRTC library (libnvrtc.so, CUDA 12 toolkit or the nvidia-cuda-nvrtc package)")]
+    NoNvrtc,
+    /// No cuBLAS library.
+    #[error("no cuBLAS library (libcublas.so, CUDA 12 toolkit or the nvidia-cublas package)")]
+    NoCublas,
+    /// The driver sees no such device.
+    #[error("no CUDA device {ordinal} ({count} present)")]
+    NoDevice {
+        /// The device asked for.
+        ordinal: usize,
+        /// Devices present.
+        count: i32,
+    },
+    /// A driver call failed.
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] DriverError),
+    /// A cuBLAS call failed.
+    #[error("cuBLAS: {0}")]
+    Blas(#[from] CublasError),
+    /// The kernels did not compile.
+    #[error("NVRTC: {0}")]
+    Compile(#[from] CompileError),
+}

@@ -1,0 +1,131 @@
+use crate::synthetic::random_shares;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use super::blas::{compile_kernels, COMBINE_KERNEL};
+use super::*;
+use crate::engine::CpuEngine;
+
+/// The engine, or `None` after printing why GPU tests skip here.
+fn engine_or_skip(test: &str) -> Option<GpuEngine> {
+    match GpuEngine::new(0) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            println!("{test}: SKIPPED, no usable GPU: {e}");
+            None
+        }
+    }
+}
+
+/// The kernel source compiles as each device compiles it at start, and for the
+/// architectures the engine is run on (A100, H100 and H200), with the entry point the
+/// device loads. NVRTC needs no driver or device, so this runs wherever libnvrtc loads: CI
+/// installs it from the `nvidia-cuda-nvrtc-cu12` wheel.
+#[test]
+fn kernels_compile_with_nvrtc() {
+    // SAFETY: this only tries to open the shared library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        println!("kernels_compile_with_nvrtc: SKIPPED, {}", GpuError::NoNvrtc);
+        return;
+    }
+    for arch in [None, Some("compute_80"), Some("compute_90")] {
+        let ptx = compile_kernels(arch)
+            .unwrap_or_else(|e| panic!("{arch:?}: {e:?}"))
+            .to_src();
+        assert!(
+            ptx.contains(&format!(".entry {COMBINE_KERNEL}(")),
+            "{arch:?}: no {COMBINE_KERNEL} entry point in\n{ptx}"
+        );
+        println!(
+            "kernels_compile_with_nvrtc: {}, {} bytes of PTX",
+            arch.unwrap_or("NVRTC's default architecture"),
+            ptx.len()
+        );
+    }
+}
+
+#[test]
+fn gpu_engine_passes_the_parity_suite() {
+    let Some(gpu) = engine_or_skip("gpu_engine_passes_the_parity_suite") else {
+        return;
+    };
+    println!("{}", gpu.name());
+    crate::engine::parity::check_engine(&gpu);
+}
+
+/// The resident database equals the CPU engine's view of the host database, bit for bit,
+/// through appends, out-of-order inserts, replacements and deletions, at sizes that are
+/// not multiples of the padding, the load chunk or the move chunk; on one shard and on
+/// three.
+#[test]
+fn resident_database_matches_the_cpu_engine_through_changes() {
+    let Some(one) = engine_or_skip("resident_database_matches_the_cpu_engine") else {
+        return;
+    };
+    // Three shards on one device exercise the multi-GPU path on a single GPU.
+    let sharded = GpuEngine::with_devices(&[0, 0, 0]).expect("device 0");
+    for gpu in [one, sharded] {
+        println!("{}", gpu.name());
+        resident_database_matches(&gpu);
+    }
+}
+
+fn resident_database_matches(gpu: &GpuEngine) {
+    let cpu = CpuEngine::new();
+    let mut rng = ChaCha20Rng::seed_from_u64(0x6e0);
+    let mut db = MatchDb::new();
+    let queries: Vec<Vec<u16>> = [Part::Code, Part::Mask]
+        .iter()
+        .map(|p| (0..7 * p.coefs()).map(|_| rng.next_u32() as u16).collect())
+        .collect();
+    let check = |db: &MatchDb, what: &str| {
+        for eye in 0..2 {
+            for (part, q) in [Part::Code, Part::Mask].into_iter().zip(&queries) {
+                for rows in [0..db.len(), db.len() / 3..db.len(), 0..db.len().min(1)] {
+                    let n = q.len() / part.coefs() * rows.len();
+                    let (mut g, mut c) = (vec![0xA5A5u16; n], vec![0u16; n]);
+                    gpu.dot_db(q, db, eye, part, rows.clone(), &mut g);
+                    cpu.dot_db(q, db, eye, part, rows.clone(), &mut c);
+                    assert!(g == c, "{what}: eye {eye} {part:?} rows {rows:?}");
+                }
+            }
+        }
+    };
+    check(&db, "empty");
+    for serial in 1..=1_100u64 {
+        db.push(serial * 10, &random_shares(&mut rng));
+    }
+    check(&db, "loaded");
+    for k in 0..40u64 {
+        db.insert(k * 271 + 5, &random_shares(&mut rng));
+        let row = (rng.next_u32() as usize) % db.len();
+        db.replace(row, &random_shares(&mut rng));
+        let row = (rng.next_u32() as usize) % db.len();
+        db.remove(row);
+    }
+    check(&db, "after changes");
+    while db.len() > 1 {
+        db.remove(0);
+    }
+    check(&db, "one entry");
+    db.remove(0);
+    check(&db, "emptied");
+}
+
+/// Three parties' pipelines on GPU engines open exactly what they open on CPU engines:
+/// database passes, intra-batch pairs, single-entry targets, both eye policies.
+#[test]
+fn pipeline_results_equal_on_gpu_and_cpu() {
+    let Some(first) = engine_or_skip("pipeline_results_equal_on_gpu_and_cpu") else {
+        return;
+    };
+    let gpus = [
+        first,
+        GpuEngine::new(0).expect("device 0"),
+        GpuEngine::new(0).expect("device 0"),
+    ];
+    let cpu = CpuEngine::new();
+    let on_gpu = crate::engine::parity::pipeline_outcomes([&gpus[0], &gpus[1], &gpus[2]]);
+    let on_cpu = crate::engine::parity::pipeline_outcomes([&cpu, &cpu, &cpu]);
+    assert_eq!(on_gpu, on_cpu);
+}

@@ -1,0 +1,141 @@
+//! The parity suite every [`DotEngine`] must pass: bit-for-bit equality with the reference
+//! `sdk_orb::preprocess::dot` over database and query counts that are not multiples of any
+//! tile or block size, including none and one.
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use sdk_orb::preprocess::dot;
+use sdk_orb::{CODE_COEFS, MASK_COEFS};
+
+use sdk_orb::plaintext::DEFAULT_THRESHOLD;
+
+use crate::dot::DotEngine;
+
+fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
+    (0..n).map(|_| rng.next_u32() as u16).collect()
+}
+
+/// Runs the suite against `engine`; panics on the first mismatch.
+pub fn check_engine(engine: &dyn DotEngine) {
+    let mut rng = ChaCha20Rng::seed_from_u64(0x5eed);
+    for &(nq, nd, len) in &[
+        (0usize, 5usize, MASK_COEFS),
+        (3, 0, MASK_COEFS),
+        (1, 1, CODE_COEFS),
+        (31, 1, MASK_COEFS),
+        (5, 17, MASK_COEFS),
+        (33, 37, CODE_COEFS),
+        (2, 70, 128),
+    ] {
+        let queries = random_u16(&mut rng, nq * len);
+        let db = random_u16(&mut rng, nd * len);
+        // Garbage first, so unwritten outputs show.
+        let mut out = vec![0xA5A5u16; nq * nd];
+        engine.dot(&queries, &db, len, &mut out);
+        for q in 0..nq {
+            for d in 0..nd {
+                let expected = dot(
+                    &db[d * len..(d + 1) * len],
+                    &queries[q * len..(q + 1) * len],
+                );
+                assert_eq!(
+                    out[q * nd + d],
+                    expected,
+                    "{}: query {q} db {d} ({nq} x {nd}, len {len})",
+                    engine.name()
+                );
+            }
+        }
+    }
+    // Extreme values: -32768 * -32768 pairs overflow i16 products.
+    let len = 64;
+    let queries = vec![0x8000u16; len];
+    let db = vec![0x8000u16; 2 * len];
+    let mut out = vec![0u16; 2];
+    engine.dot(&queries, &db, len, &mut out);
+    assert_eq!(out, vec![dot(&db[..len], &queries); 2]);
+}
+
+#[test]
+fn every_cpu_kernel_matches_the_reference() {
+    for kernel in crate::engine::Kernel::all_supported() {
+        let engine = crate::engine::CpuEngine::with(kernel, 2).expect("supported");
+        check_engine(&engine);
+    }
+}
+
+/// What the three parties open for a fixed batch (re-captures of enrolled people, strangers,
+/// one-eye matches under both policies, an intra-batch duplicate, a single-entry target) run
+/// through the whole pipeline on `engines`, one per party. Engines must agree bit for bit.
+pub fn pipeline_outcomes(engines: [&dyn DotEngine; 3]) -> [Vec<crate::pipeline::MatchResult>; 3] {
+    use crate::db::MatchDb;
+    use crate::local::run_three;
+    use crate::pipeline::{evaluate, PipelineConfig, PipelineRequest, Target};
+    use crate::synthetic::{eye, recapture, share_person};
+
+    let mut rng = ChaCha20Rng::seed_from_u64(0x9e);
+    let people: Vec<_> = (0..37).map(|_| (eye(&mut rng), eye(&mut rng))).collect();
+    let mut queries: Vec<_> = (0..12)
+        .map(|k| match k % 4 {
+            0 | 1 => {
+                let p = &people[(k * 7) % 37];
+                (recapture(&mut rng, &p.0).0, recapture(&mut rng, &p.1).0)
+            }
+            2 => (eye(&mut rng), eye(&mut rng)),
+            _ => (recapture(&mut rng, &people[3].0).0, eye(&mut rng)),
+        })
+        .collect();
+    let again = (
+        recapture(&mut rng, &queries[2].0).0,
+        recapture(&mut rng, &queries[2].1).0,
+    );
+    queries.push(again);
+    let mut share_all = |ps: &[(sdk_orb::IrisTemplate, sdk_orb::IrisTemplate)]| {
+        ps.iter()
+            .map(|(l, r)| share_person(&mut rng, l, r))
+            .collect::<Vec<_>>()
+    };
+    let (enrolled, asked) = (share_all(&people), share_all(&queries));
+    let mut config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
+    // Several database passes.
+    config.max_pass_comparisons = 5_000;
+    run_three(5, |s| {
+        let i = s.party().index();
+        let mut db = MatchDb::new();
+        for (d, person) in enrolled.iter().enumerate() {
+            db.push(d as u64 + 1, &person[i]);
+        }
+        let requests: Vec<PipelineRequest<'_>> = asked
+            .iter()
+            .enumerate()
+            .map(|(j, person)| PipelineRequest {
+                shares: &person[i],
+                target: if j == 5 {
+                    Target::Entry(5)
+                } else {
+                    Target::Database
+                },
+                against_earlier: true,
+                candidate: j % 3 != 1,
+                or_policy: j % 4 == 3,
+            })
+            .collect();
+        evaluate(s, engines[i], &db, &requests, &config).expect("pipeline")
+    })
+    .map(|(results, _, _)| results)
+}
+
+#[test]
+fn the_pipeline_parity_batch_has_matches_of_every_kind() {
+    let cpu = crate::engine::CpuEngine::new();
+    let [r0, r1, r2] = pipeline_outcomes([&cpu, &cpu, &cpu]);
+    assert!(r0 == r1 && r1 == r2);
+    // Re-captures of enrolled people (requests 0, 1, 4, 8, 9), the single-entry target
+    // (request 5: entry 5 is person 5, request 5 re-captures person 35: no match), one-eye
+    // re-captures under the OR policy (3, 7, 11), the intra-batch duplicate (12 of 2).
+    for j in [0, 1, 3, 4, 7, 8, 9, 11] {
+        assert!(r0[j].any, "request {j}: {:?}", r0[j]);
+    }
+    assert!(!r0[5].any && !r0[2].any && !r0[6].any);
+    assert_eq!(r0[12].earlier, vec![2]);
+}

@@ -1,0 +1,163 @@
+//! u16 dot products mod 2^16 from int8 products with i32 accumulation, the arithmetic the GPU
+//! engine's tensor-core GEMMs run.
+//!
+//! Each u16 `v` splits into bytes `lo = v mod 256` and `hi = v div 256`, each shifted by -128
+//! into i8 (`lo' = lo - 128`, `hi' = hi - 128`). For a database vector `a` and a query `b` of
+//! length `len`:
+//!
+//! ```text
+//! sum a*b = sum lo_a lo_b + 256 (lo_a hi_b + hi_a lo_b) + 65536 hi_a hi_b
+//!         = G(lo'_a, lo'_b) + 256 (G(lo'_a, hi'_b) + G(hi'_a, lo'_b))
+//!           + c(a) + c(b) + 16384 len                                     (mod 2^16)
+//! c(v)    = 128 S(lo'_v) + 32768 (S(lo'_v) + S(hi'_v))
+//! ```
+//!
+//! where `G` is the i8 dot product (|G| < 2^14 len, exact in i32 for every length here) and
+//! `S` a sum of shifted bytes. The hi*hi term vanishes mod 2^16, and each vector's correction
+//! `c` is computed once, when it is uploaded. The CUDA `combine` kernel evaluates the second
+//! line; the tests here check the identity bit for bit on the CPU.
+
+/// Splits `v` into shifted low and high bytes; returns the vector's correction `c(v)`.
+///
+/// # Panics
+/// If the output slices are not as long as `v`.
+pub fn split_bytes(v: &[u16], lo: &mut [i8], hi: &mut [i8]) -> u16 {
+    assert!(lo.len() == v.len() && hi.len() == v.len());
+    let (mut s_lo, mut s_hi) = (0i32, 0i32);
+    for ((&x, l), h) in v.iter().zip(lo.iter_mut()).zip(hi.iter_mut()) {
+        *l = ((x & 0xff) as i32 - 128) as i8;
+        *h = ((x >> 8) as i32 - 128) as i8;
+        s_lo += *l as i32;
+        s_hi += *h as i32;
+    }
+    correction(s_lo, s_hi)
+}
+
+/// `c(v)` from the sums of a vector's shifted low and high bytes.
+pub fn correction(s_lo: i32, s_hi: i32) -> u16 {
+    let (s_lo, s_hi) = (s_lo as u32, s_hi as u32);
+    128u32
+        .wrapping_mul(s_lo)
+        .wrapping_add(32768u32.wrapping_mul(s_lo.wrapping_add(s_hi))) as u16
+}
+
+/// The length term `16384 len` (zero for every length that is a multiple of 4).
+pub fn length_term(len: usize) -> u16 {
+    (16384u32.wrapping_mul(len as u32)) as u16
+}
+
+/// One dot product mod 2^16 from the two GEMM outputs and the corrections.
+pub fn combine(g_ll: i32, g_cross: i32, c_db: u16, c_query: u16, length_term: u16) -> u16 {
+    (g_ll as u32)
+        .wrapping_add((g_cross as u32) << 8)
+        .wrapping_add(c_db as u32)
+        .wrapping_add(c_query as u32)
+        .wrapping_add(length_term as u32) as u16
+}
+
+/// The CUDA source of the GPU engine's kernels: the formula above, over the GEMMs' outputs.
+///
+/// `ll` and `cross` are column-major `m_pad x n` (entry `(d, q)` at `q * m_pad + d`), the
+/// layout cuBLAS writes for `DB^T * Q`; `out` is row-major `n x m`, the engine's output layout.
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+pub(crate) const KERNELS_CU: &str = r#"
+extern "C" __global__ void combine(
+    const int* __restrict__ ll,
+    const int* __restrict__ cross,
+    const unsigned short* __restrict__ c_db,
+    const unsigned short* __restrict__ c_query,
+    unsigned short* __restrict__ out,
+    unsigned int m,
+    unsigned int m_pad,
+    unsigned int n,
+    unsigned int length_term)
+{
+    unsigned int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= m) return;
+    for (unsigned int q = blockIdx.y; q < n; q += gridDim.y) {
+        unsigned long long i = (unsigned long long)q * m_pad + d;
+        unsigned int v = (unsigned int)ll[i] + ((unsigned int)cross[i] << 8)
+            + c_db[d] + c_query[q] + length_term;
+        out[(unsigned long long)q * m + d] = (unsigned short)v;
+    }
+}
+"#;
+
+#[cfg(test)]
+mod tests {
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::{RngCore, SeedableRng};
+
+    use super::*;
+    use crate::dot::DotEngine;
+
+    /// The GPU engine's arithmetic on the CPU: byte split, three i8 GEMMs with i32
+    /// accumulation, corrections, combine.
+    struct SplitReference;
+
+    fn i8_dot(a: &[i8], b: &[i8]) -> i32 {
+        a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
+    }
+
+    impl DotEngine for SplitReference {
+        fn name(&self) -> String {
+            "split-reference".into()
+        }
+
+        fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
+            let split = |v: &[u16]| {
+                v.chunks_exact(len)
+                    .map(|row| {
+                        let (mut lo, mut hi) = (vec![0i8; len], vec![0i8; len]);
+                        let c = split_bytes(row, &mut lo, &mut hi);
+                        (lo, hi, c)
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let (q, d) = (split(queries), split(db));
+            assert_eq!(out.len(), q.len() * d.len());
+            for (qi, (q_lo, q_hi, c_q)) in q.iter().enumerate() {
+                for (di, (d_lo, d_hi, c_d)) in d.iter().enumerate() {
+                    let ll = i8_dot(d_lo, q_lo);
+                    let cross = i8_dot(d_lo, q_hi).wrapping_add(i8_dot(d_hi, q_lo));
+                    out[qi * d.len() + di] = combine(ll, cross, *c_d, *c_q, length_term(len));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_split_arithmetic_passes_the_parity_suite() {
+        crate::engine::parity::check_engine(&SplitReference);
+    }
+
+    #[test]
+    fn odd_lengths_and_extreme_values_match_the_plain_dot() {
+        let mut rng = ChaCha20Rng::seed_from_u64(7);
+        for len in [1usize, 2, 3, 5, 12_800] {
+            for fill in [None, Some(0u16), Some(0xffff), Some(0x8000), Some(0x00ff)] {
+                let gen = |rng: &mut ChaCha20Rng| -> Vec<u16> {
+                    (0..len)
+                        .map(|_| fill.unwrap_or(rng.next_u32() as u16))
+                        .collect()
+                };
+                let (a, b) = (gen(&mut rng), gen(&mut rng));
+                let plain = a
+                    .iter()
+                    .zip(&b)
+                    .fold(0u16, |s, (&x, &y)| s.wrapping_add(x.wrapping_mul(y)));
+                let (mut a_lo, mut a_hi) = (vec![0i8; len], vec![0i8; len]);
+                let (mut b_lo, mut b_hi) = (vec![0i8; len], vec![0i8; len]);
+                let c_a = split_bytes(&a, &mut a_lo, &mut a_hi);
+                let c_b = split_bytes(&b, &mut b_lo, &mut b_hi);
+                let ll = i8_dot(&a_lo, &b_lo);
+                let cross = i8_dot(&a_lo, &b_hi) + i8_dot(&a_hi, &b_lo);
+                assert_eq!(
+                    combine(ll, cross, c_a, c_b, length_term(len)),
+                    plain,
+                    "len {len}, fill {fill:?}"
+                );
+            }
+        }
+    }
+}

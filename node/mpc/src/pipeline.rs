@@ -1,0 +1,469 @@
+//! The matching pipeline of one party for one batch (DESIGN section 6, steps 2 to 7):
+//! preprocess each query and expand its 31 rotations, run the dot products on an engine,
+//! then the comparison phase in MPC, OR over rotations, the eye policy, and opening.
+//!
+//! Work is organised in passes. The first pass holds the comparisons that do not scan the
+//! database: each request against the batch's earlier enrolment candidates (intra-batch
+//! uniqueness) and re-authentication against one entry. Then the database is scanned in
+//! chunks, every full-database request against every entry of the chunk. A pass is one
+//! comparison-phase run, so its rounds carry the whole pass.
+//!
+//! Opened values: in the default mode, one bit per (request, target) pair; in the
+//! privacy-max mode only one bit per request, the OR over all its targets.
+
+mod query;
+
+use sdk_orb::plaintext::threshold_coefficient;
+use sdk_orb::shamir::PartyShares;
+use sdk_orb::{CODE_COEFS, MASK_COEFS};
+
+pub use query::PreparedQuery;
+
+use crate::bits::{plane_to_bits, words_for};
+use crate::compare::{match_bits, or, or_blocks};
+use crate::db::{MatchDb, Part};
+use crate::dot::DotEngine;
+use crate::network::{NetworkError, Transport};
+use crate::session::Session;
+use crate::share::Replicated;
+use sdk_orb::rotation::ROTATION_COUNT;
+
+/// What a request is matched against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Nothing (deletion, reset).
+    Nothing,
+    /// Every enrolled entry.
+    Database,
+    /// One enrolled entry, by its index in the [`MatchDb`].
+    Entry(usize),
+}
+
+/// One request of the batch, as the pipeline sees it.
+#[derive(Debug)]
+pub struct PipelineRequest<'a> {
+    /// This party's shares of the query.
+    pub shares: &'a PartyShares,
+    /// What to match against.
+    pub target: Target,
+    /// Match against the batch's earlier enrolment candidates too.
+    pub against_earlier: bool,
+    /// Later requests of the batch match against this one (it may be enrolled).
+    pub candidate: bool,
+    /// Either eye suffices.
+    pub or_policy: bool,
+}
+
+/// Pipeline settings; identical on the three nodes.
+#[derive(Clone, Copy, Debug)]
+pub struct PipelineConfig {
+    /// `A = floor((1 - 2t) 2^16)`.
+    pub threshold_a: u32,
+    /// Open only the OR over all targets of each request.
+    pub privacy_max: bool,
+    /// Database entries per comparison pass, at most.
+    pub chunk_entries: usize,
+    /// Comparisons per pass, at most: bounds each party's memory (about 100
+    /// bytes per comparison at the peak of the comparison phase) and the size of
+    /// one round's message (4 bytes per comparison at most).
+    pub max_pass_comparisons: usize,
+}
+
+impl PipelineConfig {
+    /// For threshold `t` on the fractional Hamming distance.
+    pub fn with_threshold(t: f64) -> PipelineConfig {
+        PipelineConfig {
+            threshold_a: threshold_coefficient(t),
+            privacy_max: false,
+            chunk_entries: 4096,
+            max_pass_comparisons: 1 << 20,
+        }
+    }
+}
+
+/// What was opened for one request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MatchResult {
+    /// Whether anything matched.
+    pub any: bool,
+    /// Matching database entries, by index (empty in the privacy-max mode).
+    pub entries: Vec<usize>,
+    /// Matching earlier requests of the batch, by index (empty in the privacy-max mode).
+    pub earlier: Vec<usize>,
+}
+
+/// One compared pair: request `request` against a database entry or an earlier request.
+#[derive(Clone, Copy, Debug)]
+enum Against {
+    Entry(usize),
+    Earlier(usize),
+}
+
+/// Per-pass accumulation of additive `(cd, md)` shares in the layout
+/// `[rotation][eye][pair]`, each `[eye]` block padded to whole words.
+struct PassInputs {
+    pairs: Vec<(usize, Against)>,
+    cd: Vec<u16>,
+    md: Vec<u16>,
+    padded: usize,
+}
+
+impl PassInputs {
+    fn new(pairs: Vec<(usize, Against)>) -> PassInputs {
+        let padded = words_for(pairs.len()) * 64;
+        let n = ROTATION_COUNT * 2 * padded;
+        PassInputs {
+            pairs,
+            cd: vec![0; n],
+            md: vec![0; n],
+            padded,
+        }
+    }
+
+    fn at(&self, rotation: usize, eye: usize, pair: usize) -> usize {
+        (rotation * 2 + eye) * self.padded + pair
+    }
+
+    /// Stores one eye's engine output for `width` consecutive pairs starting at `first`:
+    /// `code` and `mask` are `[rotation][pair]`, the mask dots not yet doubled.
+    fn fill(&mut self, eye: usize, first: usize, width: usize, code: &[u16], mask: &[u16]) {
+        for rotation in 0..ROTATION_COUNT {
+            let at = self.at(rotation, eye, first);
+            let row = rotation * width..(rotation + 1) * width;
+            self.cd[at..at + width].copy_from_slice(&code[row.clone()]);
+            for (m, &v) in self.md[at..at + width].iter_mut().zip(&mask[row]) {
+                *m = v.wrapping_mul(2);
+            }
+        }
+    }
+}
+
+/// Runs the pipeline for one batch; every party calls it with its own shares, the same
+/// requests, the same database entries and the same configuration.
+///
+/// # Errors
+/// Transport failures; then no result of the batch may be used.
+pub fn evaluate<T: Transport>(
+    session: &mut Session<'_, T>,
+    engine: &dyn DotEngine,
+    db: &MatchDb,
+    requests: &[PipelineRequest<'_>],
+    config: &PipelineConfig,
+) -> Result<Vec<MatchResult>, NetworkError> {
+    let party = session.party();
+    let prepared: Vec<Option<PreparedQuery>> = requests
+        .iter()
+        .map(|r| {
+            (r.target != Target::Nothing || r.against_earlier)
+                .then(|| PreparedQuery::new(party, r.shares))
+        })
+        .collect();
+    let mut results = vec![MatchResult::default(); requests.len()];
+    let mut any_shared = Replicated::zeros(words_for(requests.len()));
+
+    if let Some(pass) = batch_pass(engine, db, requests, &prepared) {
+        run_pass(
+            session,
+            pass,
+            requests,
+            config,
+            &mut results,
+            &mut any_shared,
+        )?;
+    }
+    let scanning: Vec<usize> = (0..requests.len())
+        .filter(|&j| requests[j].target == Target::Database)
+        .collect();
+    if !scanning.is_empty() && !db.is_empty() {
+        let queries = ScanQueries::new(&scanning, &prepared);
+        let per_entry = scanning.len() * ROTATION_COUNT * 2;
+        let chunk = config
+            .chunk_entries
+            .min(config.max_pass_comparisons / per_entry)
+            .max(1);
+        for start in (0..db.len()).step_by(chunk) {
+            let pass = database_pass(engine, db, &queries, start..(start + chunk).min(db.len()));
+            run_pass(
+                session,
+                pass,
+                requests,
+                config,
+                &mut results,
+                &mut any_shared,
+            )?;
+        }
+    }
+
+    if config.privacy_max {
+        let opened = session.open_bits(&any_shared)?;
+        for (j, any) in plane_to_bits(&opened, requests.len())
+            .into_iter()
+            .enumerate()
+        {
+            results[j].any = any;
+        }
+    }
+    Ok(results)
+}
+
+/// The first pass: the comparisons that do not scan the database, each request against the
+/// batch's earlier enrolment candidates (intra-batch uniqueness) and against its single
+/// entry (re-authentication). `None` if there are none. The candidates' raw shares form one
+/// contiguous matrix per eye; request `j`'s earlier candidates are a prefix of it.
+fn batch_pass(
+    engine: &dyn DotEngine,
+    db: &MatchDb,
+    requests: &[PipelineRequest<'_>],
+    prepared: &[Option<PreparedQuery>],
+) -> Option<PassInputs> {
+    let candidates: Vec<usize> = (0..requests.len())
+        .filter(|&k| requests[k].candidate)
+        .collect();
+    let mut candidate_codes = [Vec::new(), Vec::new()];
+    let mut candidate_masks = [Vec::new(), Vec::new()];
+    for &k in &candidates {
+        for (eye, e) in [&requests[k].shares.left, &requests[k].shares.right]
+            .into_iter()
+            .enumerate()
+        {
+            candidate_codes[eye].extend_from_slice(e.code.coefs());
+            candidate_masks[eye].extend_from_slice(e.mask.coefs());
+        }
+    }
+    let mut pairs = Vec::new();
+    // Per request with pass-1 pairs: (request, its first pair, earlier candidates, entry).
+    let mut blocks = Vec::new();
+    for (j, r) in requests.iter().enumerate() {
+        let first = pairs.len();
+        let earlier = if r.against_earlier {
+            candidates.partition_point(|&k| k < j)
+        } else {
+            0
+        };
+        pairs.extend(
+            candidates[..earlier]
+                .iter()
+                .map(|&k| (j, Against::Earlier(k))),
+        );
+        let entry = match r.target {
+            Target::Entry(d) => Some(d),
+            _ => None,
+        };
+        if let Some(d) = entry {
+            pairs.push((j, Against::Entry(d)));
+        }
+        if pairs.len() > first {
+            blocks.push((j, first, earlier, entry));
+        }
+    }
+    if pairs.is_empty() {
+        return None;
+    }
+    let mut pass = PassInputs::new(pairs);
+    for (j, first, earlier, entry) in blocks {
+        let query = prepared[j]
+            .as_ref()
+            .expect("prepared for every matching request");
+        for eye in 0..2 {
+            let mut code_dots = vec![0u16; ROTATION_COUNT * earlier];
+            let mut mask_dots = vec![0u16; ROTATION_COUNT * earlier];
+            engine.dot(
+                query.codes(eye),
+                &candidate_codes[eye][..earlier * CODE_COEFS],
+                CODE_COEFS,
+                &mut code_dots,
+            );
+            engine.dot(
+                query.masks(eye),
+                &candidate_masks[eye][..earlier * MASK_COEFS],
+                MASK_COEFS,
+                &mut mask_dots,
+            );
+            pass.fill(eye, first, earlier, &code_dots, &mask_dots);
+            if let Some(d) = entry {
+                let mut code_dots = [0u16; ROTATION_COUNT];
+                let mut mask_dots = [0u16; ROTATION_COUNT];
+                engine.dot_db(
+                    query.codes(eye),
+                    db,
+                    eye,
+                    Part::Code,
+                    d..d + 1,
+                    &mut code_dots,
+                );
+                engine.dot_db(
+                    query.masks(eye),
+                    db,
+                    eye,
+                    Part::Mask,
+                    d..d + 1,
+                    &mut mask_dots,
+                );
+                pass.fill(eye, first + earlier, 1, &code_dots, &mask_dots);
+            }
+        }
+    }
+    Some(pass)
+}
+
+/// The database-scanning requests' prepared vectors, one contiguous matrix per eye and part
+/// (`[request][rotation]` rows), so one engine call covers them all.
+struct ScanQueries<'a> {
+    scanning: &'a [usize],
+    codes: [Vec<u16>; 2],
+    masks: [Vec<u16>; 2],
+}
+
+impl<'a> ScanQueries<'a> {
+    fn new(scanning: &'a [usize], prepared: &[Option<PreparedQuery>]) -> ScanQueries<'a> {
+        let rows = scanning.len() * ROTATION_COUNT;
+        let mut codes = [Vec::new(), Vec::new()];
+        let mut masks = [Vec::new(), Vec::new()];
+        for eye in 0..2 {
+            codes[eye].reserve(rows * CODE_COEFS);
+            masks[eye].reserve(rows * MASK_COEFS);
+            for &j in scanning {
+                let q = prepared[j]
+                    .as_ref()
+                    .expect("prepared for every matching request");
+                codes[eye].extend_from_slice(q.codes(eye));
+                masks[eye].extend_from_slice(q.masks(eye));
+            }
+        }
+        ScanQueries {
+            scanning,
+            codes,
+            masks,
+        }
+    }
+}
+
+/// One database pass: every scanning request against the database rows `rows`.
+fn database_pass(
+    engine: &dyn DotEngine,
+    db: &MatchDb,
+    queries: &ScanQueries<'_>,
+    rows: core::ops::Range<usize>,
+) -> PassInputs {
+    let width = rows.len();
+    let pairs = queries
+        .scanning
+        .iter()
+        .flat_map(|&j| rows.clone().map(move |d| (j, Against::Entry(d))))
+        .collect();
+    let mut pass = PassInputs::new(pairs);
+    let query_rows = queries.scanning.len() * ROTATION_COUNT;
+    let mut code_dots = vec![0u16; query_rows * width];
+    let mut mask_dots = vec![0u16; query_rows * width];
+    for eye in 0..2 {
+        engine.dot_db(
+            &queries.codes[eye],
+            db,
+            eye,
+            Part::Code,
+            rows.clone(),
+            &mut code_dots,
+        );
+        engine.dot_db(
+            &queries.masks[eye],
+            db,
+            eye,
+            Part::Mask,
+            rows.clone(),
+            &mut mask_dots,
+        );
+        let block = ROTATION_COUNT * width;
+        for qi in 0..queries.scanning.len() {
+            let rows = qi * block..(qi + 1) * block;
+            pass.fill(
+                eye,
+                qi * width,
+                width,
+                &code_dots[rows.clone()],
+                &mask_dots[rows],
+            );
+        }
+    }
+    pass
+}
+
+/// One comparison-phase run: match bits, OR over rotations, eye policy, then opening (or
+/// folding into the per-request OR in the privacy-max mode).
+fn run_pass<T: Transport>(
+    session: &mut Session<'_, T>,
+    pass: PassInputs,
+    requests: &[PipelineRequest<'_>],
+    config: &PipelineConfig,
+    results: &mut [MatchResult],
+    any_shared: &mut Replicated<u64>,
+) -> Result<(), NetworkError> {
+    let w = pass.padded / 64;
+    let bits = match_bits(session, &pass.cd, &pass.md, config.threshold_a)?;
+    // [rotation][eye][pair] -> [eye][pair]
+    let per_eye = or_blocks(session, &bits, ROTATION_COUNT)?;
+    let left = per_eye.slice(0..w);
+    let right = per_eye.slice(w..2 * w);
+    let both = session.and(&left, &right)?;
+    // OR policy: l ^ r ^ (l & r); the policy mask is public, so masking is local.
+    let mut policy = vec![0u64; w];
+    for (p, &(j, _)) in pass.pairs.iter().enumerate() {
+        if requests[j].or_policy {
+            policy[p / 64] |= 1 << (p % 64);
+        }
+    }
+    let person = both.xor(&left.xor(&right).and_public(&policy));
+
+    if config.privacy_max {
+        // Gather each request's pairs into slots [slot][request] and OR over slots.
+        let n = requests.len();
+        let rw = words_for(n);
+        let mut slots_of = vec![0usize; n];
+        let mut slot_pairs: Vec<Vec<Option<usize>>> = Vec::new();
+        for (p, &(j, _)) in pass.pairs.iter().enumerate() {
+            let slot = slots_of[j];
+            slots_of[j] += 1;
+            if slot_pairs.len() <= slot {
+                slot_pairs.push(vec![None; rw * 64]);
+            }
+            slot_pairs[slot][j] = Some(p);
+        }
+        let positions: Vec<Option<usize>> = slot_pairs.into_iter().flatten().collect();
+        let gathered = gather_bits(&person, &positions);
+        let per_request = or_blocks(session, &gathered, positions.len() / (rw * 64))?;
+        *any_shared = or(session, any_shared, &per_request)?;
+    } else {
+        let opened = session.open_bits(&person)?;
+        for (p, bit) in plane_to_bits(&opened, pass.pairs.len())
+            .into_iter()
+            .enumerate()
+        {
+            if bit {
+                let (j, against) = pass.pairs[p];
+                results[j].any = true;
+                match against {
+                    Against::Entry(d) => results[j].entries.push(d),
+                    Against::Earlier(k) => results[j].earlier.push(k),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A new shared bit vector whose bit `i` is bit `positions[i]` of `x` (or a shared zero).
+/// Local: every party permutes its components the same way.
+fn gather_bits(x: &Replicated<u64>, positions: &[Option<usize>]) -> Replicated<u64> {
+    let pick = |words: &[u64]| -> Vec<u64> {
+        let mut out = vec![0u64; words_for(positions.len())];
+        for (i, p) in positions.iter().enumerate() {
+            if let Some(p) = p {
+                out[i / 64] |= ((words[p / 64] >> (p % 64)) & 1) << (i % 64);
+            }
+        }
+        out
+    };
+    Replicated::new(pick(&x.own), pick(&x.prev))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,44 @@
+//! What the pipeline needs from the operating system about its own process: CPU time for
+//! rate measurements, resident memory, and the allocator tuning its buffers call for. Safe
+//! wrappers, so the service crate can forbid `unsafe`.
+
+/// CPU seconds (user and system) this process has used.
+#[allow(unsafe_code)]
+pub fn cpu_seconds() -> f64 {
+    let mut usage = core::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is pointed at and nothing else; RUSAGE_SELF is a
+    // valid selector, so it cannot fail, and a zeroed rusage is a valid value regardless.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    t(usage.ru_utime) + t(usage.ru_stime)
+}
+
+/// Resident bytes of this process now, from `/proc/self/statm` (Linux); `None` elsewhere.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size())
+}
+
+#[allow(unsafe_code)]
+fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).unwrap_or(4096)
+}
+
+/// Caps glibc's malloc arenas at two. The pipeline allocates and frees large buffers on many
+/// threads; per-thread arenas then keep about twice the live memory resident (measured: 4.2 GB
+/// against 2.0 GB for the 600-person demo), at no speed gain. Call it before starting threads;
+/// elsewhere than glibc it does nothing.
+#[allow(unsafe_code)]
+pub fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only adjusts allocator tuning; M_ARENA_MAX takes any positive value.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}

@@ -1,0 +1,147 @@
+//! From a batch's requests to the pipeline and back: what each request type is matched
+//! against, and the outcome the opened bits mean. Request types, target serial ids and eye
+//! policies are public, so the three parties build the same pipeline requests and read the
+//! same outcomes from the same opened bits.
+
+use sdk_orb::rotation::ROTATION_COUNT;
+use sdk_orb::shamir::PartyShares;
+use sdk_orb::RequestType;
+
+use crate::db::MatchDb;
+use crate::pipeline::{MatchResult, PipelineRequest, Target};
+
+/// An enrolment serial id (assigned identically by the three nodes, from 1).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct SerialId(pub u64);
+
+/// What the three parties know of a request in the clear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PublicRequest {
+    /// Request type.
+    pub request_type: RequestType,
+    /// Target serial id (deletion, re-authentication, reset).
+    pub serial_id: SerialId,
+    /// Either eye suffices for a match.
+    pub or_policy: bool,
+}
+
+/// What was decided for one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing was computed: the request is answered "not evaluated".
+    NotEvaluated,
+    /// No match (uniqueness: enrol; uniqueness check: report).
+    Unique,
+    /// Matched: these enrolled entries and these earlier requests of the batch (by position
+    /// among the batch's requests). Both empty in the privacy-max mode, where only the fact
+    /// of a match is opened.
+    Match {
+        /// Matched enrolled entries.
+        entries: Vec<SerialId>,
+        /// Matched earlier requests of the batch.
+        earlier: Vec<usize>,
+    },
+    /// Re-authentication matched / did not match.
+    Reauth(bool),
+    /// Carry out a deletion or reset.
+    Apply,
+}
+
+/// What a request of each type is matched against: `(target, against earlier candidates,
+/// is a candidate itself)`.
+fn role(r: &PublicRequest, db: &MatchDb) -> (Target, bool, bool) {
+    match r.request_type {
+        RequestType::Uniqueness => (Target::Database, true, true),
+        RequestType::UniquenessCheck => (Target::Database, true, false),
+        RequestType::Reauth => match db.row_of(r.serial_id.0) {
+            Some(row) => (Target::Entry(row), false, false),
+            None => (Target::Nothing, false, false),
+        },
+        RequestType::Deletion | RequestType::Reset => (Target::Nothing, false, false),
+    }
+}
+
+/// The pipeline's view of a batch: one [`PipelineRequest`] per request, in order, with
+/// `shares[j]` as request `j`'s shares. Uniqueness requests are matched against the database
+/// and the batch's earlier uniqueness requests, and are enrolment candidates themselves;
+/// uniqueness checks likewise but are never candidates; a re-authentication against its
+/// serial id's row (nothing if it is not enrolled); deletions and resets against nothing.
+///
+/// # Panics
+/// If `shares` and `requests` differ in length.
+pub fn pipeline_requests<'a>(
+    requests: &[PublicRequest],
+    shares: &'a [Box<PartyShares>],
+    db: &MatchDb,
+) -> Vec<PipelineRequest<'a>> {
+    assert_eq!(requests.len(), shares.len());
+    requests
+        .iter()
+        .zip(shares)
+        .map(|(r, s)| {
+            let (target, against_earlier, candidate) = role(r, db);
+            PipelineRequest {
+                shares: s,
+                target,
+                against_earlier,
+                candidate,
+                or_policy: r.or_policy,
+            }
+        })
+        .collect()
+}
+
+/// Each request's outcome from what [`crate::pipeline::evaluate`] opened for it (`results`,
+/// for the batch's [`pipeline_requests`]), with database rows reported as serial ids.
+/// Identical on the three parties.
+///
+/// # Panics
+/// If the three lists differ in length.
+pub fn outcomes(
+    requests: &[PublicRequest],
+    pipeline_requests: &[PipelineRequest<'_>],
+    results: Vec<MatchResult>,
+    db: &MatchDb,
+) -> Vec<Outcome> {
+    assert_eq!(requests.len(), pipeline_requests.len());
+    assert_eq!(requests.len(), results.len());
+    let serial_of = |row: usize| SerialId(db.serial_ids()[row]);
+    requests
+        .iter()
+        .zip(results)
+        .zip(pipeline_requests)
+        .map(|((r, m), p)| match r.request_type {
+            RequestType::Uniqueness | RequestType::UniquenessCheck if m.any => Outcome::Match {
+                entries: m.entries.iter().map(|&row| serial_of(row)).collect(),
+                earlier: m.earlier,
+            },
+            RequestType::Uniqueness | RequestType::UniquenessCheck => Outcome::Unique,
+            RequestType::Reauth => Outcome::Reauth(p.target != Target::Nothing && m.any),
+            RequestType::Deletion | RequestType::Reset => Outcome::Apply,
+        })
+        .collect()
+}
+
+/// Whether any request of the batch needs the comparison phase (otherwise the parties need
+/// not open a session).
+pub fn needs_mpc(requests: &[PipelineRequest<'_>]) -> bool {
+    requests
+        .iter()
+        .any(|r| r.target != Target::Nothing || r.against_earlier)
+}
+
+/// (query rotation, enrolled iris) pairs a batch compares.
+pub fn comparisons(requests: &[PipelineRequest<'_>], db_len: usize) -> u64 {
+    let mut pairs = 0usize;
+    for (j, r) in requests.iter().enumerate() {
+        pairs += match r.target {
+            Target::Database => db_len,
+            Target::Entry(_) => 1,
+            Target::Nothing => 0,
+        };
+        if r.against_earlier {
+            pairs += requests[..j].iter().filter(|e| e.candidate).count();
+        }
+    }
+    (pairs * ROTATION_COUNT * 2) as u64
+}

@@ -1,0 +1,368 @@
+//! Applying a committed batch on one node: evaluate, assign serial ids,
+//! sign, persist atomically, then update memory and publish results.
+
+use std::sync::Arc;
+
+use prost::Message;
+use sha2::{Digest, Sha256};
+use shared_proto::v1::{BatchCommit, NodeResult, ResultStatus, SignedResult};
+
+use crate::batch::plan::{
+    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, result,
+    Planned,
+};
+use crate::batch::{ApplyError, EvalContext, EvalError, EvalRequest, Outcome};
+use crate::ids::{EnvelopeDigest, RequestId, SerialId};
+use crate::node::{now_ms, NodeState};
+use crate::store::{BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite};
+
+/// Applies a committed batch on this node: evaluates, assigns serial ids,
+/// signs and durably stores the results. Idempotent for batches already
+/// applied. Returns the SHA-256 over the batch's encoded results.
+///
+/// # Errors
+/// [`ApplyError`]; nothing is stored then.
+pub async fn apply_commit(
+    state: &Arc<NodeState>,
+    commit: BatchCommit,
+) -> Result<[u8; 32], ApplyError> {
+    let guard = state.apply_lock.clone().lock_owned().await;
+    let st = state.clone();
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let _guard = guard;
+        apply_blocking(&st, &commit, runtime)
+    })
+    .await
+    .map_err(|_| ApplyError::Join)?
+}
+
+fn apply_blocking(
+    state: &Arc<NodeState>,
+    commit: &BatchCommit,
+    runtime: tokio::runtime::Handle,
+) -> Result<[u8; 32], ApplyError> {
+    let meta = state.store.meta()?;
+    if commit.batch_id <= meta.last_applied_batch {
+        if let Some(b) = state.store.batch(commit.batch_id)? {
+            return Ok(b.results_digest);
+        }
+    }
+    check_commit(commit, &meta)?;
+    let held = read_committed(state, commit)?;
+    let outcomes = if commit.outcomes_recorded {
+        recorded_outcomes(commit, held.eval.len())?
+    } else {
+        evaluate(state, commit, &held.eval, runtime)?
+    };
+    let mut recorded_commit = commit.clone();
+    recorded_commit.outcomes_recorded = true;
+    recorded_commit.outcomes = outcomes.iter().map(record_outcome).collect();
+
+    let db = state.shares();
+    let Planned {
+        results,
+        shares,
+        next_serial,
+    } = plan(
+        commit,
+        meta.next_serial,
+        held.eval,
+        held.records,
+        outcomes,
+        held.missing,
+        |s| db.contains(s),
+    );
+    drop(db);
+
+    let mut finals = Finals::default();
+    for (id, rec, r) in results {
+        let existing = state.store.request(&id)?;
+        if existing.as_ref().and_then(RequestRecord::state) == Some(RequestState::Final) {
+            tracing::warn!(request_id = %id, batch_id = commit.batch_id, "request already final here; keeping its result");
+            if let Some(b) = state.store.result(&id)? {
+                finals.keep(&b);
+            }
+            continue;
+        }
+        finals.sign(
+            state,
+            id,
+            existing.unwrap_or(rec),
+            &r,
+            Some(commit.batch_id),
+        );
+    }
+    let batch = (commit.batch_id, recorded_commit.encode_to_vec());
+    let digest = write(state, Some(batch), finals, shares, next_serial)?;
+    state
+        .metrics
+        .last_batch
+        .set(i64::try_from(commit.batch_id).unwrap_or(i64::MAX));
+    Ok(digest)
+}
+
+/// The committed requests as this node holds them.
+struct Held {
+    /// Pending here and opened: evaluated.
+    eval: Vec<EvalRequest>,
+    /// Their request records, in the same order.
+    records: Vec<(RequestId, RequestRecord)>,
+    /// Not pending here, or no longer opening: answered without evaluation.
+    missing: Vec<(RequestId, Vec<u8>)>,
+}
+
+/// Reads and opens the committed requests from the store.
+fn read_committed(state: &NodeState, commit: &BatchCommit) -> Result<Held, ApplyError> {
+    let mut held = Held {
+        eval: Vec::new(),
+        records: Vec::new(),
+        missing: Vec::new(),
+    };
+    for id in committed_ids(commit) {
+        let rec = state.store.request(&id)?;
+        let env = state.store.envelope(&id)?;
+        match (rec, env) {
+            (Some(rec), Some(env)) if rec.state() == Some(RequestState::Pending) => {
+                match state.intake.reopen(&env) {
+                    Ok(shares) => match eval_request(id, &rec, shares) {
+                        Some(request) => {
+                            held.eval.push(request);
+                            held.records.push((id, rec));
+                        }
+                        None => {
+                            tracing::error!(request_id = %id, "stored request has an unknown type");
+                            held.missing.push((id, rec.digest));
+                        }
+                    },
+                    Err(e) => {
+                        tracing::error!(request_id = %id, error = %e.message, "stored envelope no longer opens");
+                        held.missing.push((id, rec.digest));
+                    }
+                }
+            }
+            (rec, _) => {
+                tracing::error!(request_id = %id, batch_id = commit.batch_id, "committed request is not pending here");
+                held.missing
+                    .push((id, rec.map(|r| r.digest).unwrap_or_default()));
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// Runs the node's evaluator on the batch, against the database as it was before it.
+fn evaluate(
+    state: &NodeState,
+    commit: &BatchCommit,
+    eval: &[EvalRequest],
+    runtime: tokio::runtime::Handle,
+) -> Result<Vec<Outcome>, ApplyError> {
+    let db = state.shares();
+    let ctx = EvalContext {
+        links: &state.links,
+        peers: state.peers.get(),
+        metrics: &state.metrics,
+        batch_id: commit.batch_id,
+        session: commit.mpc_session,
+        runtime,
+    };
+    let started = std::time::Instant::now();
+    let outcomes = state.evaluator.evaluate(&ctx, eval, &db)?;
+    if outcomes.len() != eval.len() {
+        return Err(ApplyError::Evaluation(EvalError::OutcomeCount {
+            evaluator: state.evaluator.name(),
+            outcomes: outcomes.len(),
+            requests: eval.len(),
+        }));
+    }
+    state
+        .metrics
+        .evaluation_seconds
+        .observe(started.elapsed().as_secs_f64());
+    Ok(outcomes)
+}
+
+/// Signed results on their way to the store, and the SHA-256 over them in order.
+#[derive(Default)]
+struct Finals {
+    writes: Vec<FinalWrite>,
+    signed: Vec<(RequestId, SignedResult)>,
+    digest: Sha256,
+}
+
+impl Finals {
+    /// Signs `r` and finalises `record` with it (as of batch `batch_id`, if any).
+    fn sign(
+        &mut self,
+        state: &NodeState,
+        id: RequestId,
+        mut record: RequestRecord,
+        r: &NodeResult,
+        batch_id: Option<u64>,
+    ) {
+        record.state = RequestState::Final as u32;
+        if let Some(batch_id) = batch_id {
+            record.batch_id = batch_id;
+        }
+        let s = sign_result(state, r);
+        self.absorb(&s);
+        state
+            .metrics
+            .results
+            .with_label_values(&[status_label(r.status)])
+            .inc();
+        self.writes.push(FinalWrite {
+            id,
+            record,
+            signed_result: s.encode_to_vec(),
+        });
+        self.signed.push((id, s));
+    }
+
+    /// Counts an already-stored signed result into the digest, leaving it as it is.
+    fn keep(&mut self, stored: &[u8]) {
+        if let Ok(s) = SignedResult::decode(stored) {
+            self.absorb(&s);
+        }
+    }
+
+    fn absorb(&mut self, s: &SignedResult) {
+        self.digest.update((s.result.len() as u64).to_le_bytes());
+        self.digest.update(&s.result);
+    }
+}
+
+/// Writes the finals (and the batch record, if any) in one transaction, then updates memory
+/// and publishes the results. Returns the results digest.
+fn write(
+    state: &NodeState,
+    batch: Option<(u64, Vec<u8>)>,
+    finals: Finals,
+    shares: Vec<(SerialId, ShareWrite)>,
+    next_serial: u64,
+) -> Result<[u8; 32], ApplyError> {
+    let results_digest: [u8; 32] = finals.digest.finalize().into();
+    let write = BatchWrite {
+        batch: batch.map(|(id, commit)| (id, commit, results_digest)),
+        finals: finals.writes,
+        shares,
+        next_serial,
+    };
+    state.store.apply_batch(&write)?;
+    finish_in_memory(state, &write, finals.signed);
+    Ok(results_digest)
+}
+
+/// Encodes and signs a result.
+pub(crate) fn sign_result(state: &NodeState, r: &NodeResult) -> SignedResult {
+    let bytes = r.encode_to_vec();
+    let sig = state.signer.sign(&bytes);
+    SignedResult {
+        result: bytes,
+        party_id: u32::from(state.party),
+        signature: sig.to_vec(),
+    }
+}
+
+/// Updates memory after a durable write and publishes the results.
+pub(crate) fn finish_in_memory(
+    state: &NodeState,
+    write: &BatchWrite,
+    signed: Vec<(RequestId, SignedResult)>,
+) {
+    {
+        let mut q = state.queue();
+        for f in &write.finals {
+            q.remove(&f.id);
+        }
+        state
+            .metrics
+            .pending
+            .set(i64::try_from(q.len()).unwrap_or(i64::MAX));
+    }
+    {
+        let mut db = state.shares_mut();
+        for (serial, w) in &write.shares {
+            match w {
+                ShareWrite::Put(s) => db.put(*serial, s.clone()),
+                ShareWrite::Delete => db.remove(*serial),
+            }
+        }
+        state
+            .metrics
+            .enrolled
+            .set(i64::try_from(db.len()).unwrap_or(i64::MAX));
+    }
+    state
+        .metrics
+        .store_bytes
+        .set(i64::try_from(state.store.size_bytes()).unwrap_or(i64::MAX));
+    for (_, s) in signed {
+        let _ = state.results_tx.send(Arc::new(s));
+    }
+}
+
+/// Finalises, on this node alone, pending requests that no batch took
+/// within `2 x request_timeout` (parties 1 and 2; party 0 times requests
+/// out through its batches).
+///
+/// # Errors
+/// Storage failure.
+pub async fn sweep_expired(state: &Arc<NodeState>) -> Result<usize, ApplyError> {
+    let guard = state.apply_lock.clone().lock_owned().await;
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let _guard = guard;
+        let timeout = st.config.batch.request_timeout_ms.saturating_mul(2);
+        let cutoff = now_ms().saturating_sub(timeout);
+        let expired = st.queue().expired(cutoff);
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        let meta = st.store.meta()?;
+        let mut finals = Finals::default();
+        for c in &expired {
+            let Some(record) = st.store.request(&c.id)? else {
+                continue;
+            };
+            let r = result(
+                &c.id,
+                &c.digest.0,
+                ResultStatus::TimedOut,
+                0,
+                "timed out: never proposed in a batch",
+            );
+            finals.sign(&st, c.id, record, &r, None);
+        }
+        let n = finals.writes.len();
+        write(&st, None, finals, Vec::new(), meta.next_serial)?;
+        tracing::info!(count = n, "pending requests timed out locally");
+        Ok(n)
+    })
+    .await
+    .map_err(|_| ApplyError::Join)?
+}
+
+/// The metrics label of a result status.
+pub fn status_label(status: i32) -> &'static str {
+    match ResultStatus::try_from(status) {
+        Ok(ResultStatus::NotEvaluated) => "not_evaluated",
+        Ok(ResultStatus::UniqueEnrolled) => "unique_enrolled",
+        Ok(ResultStatus::Unique) => "unique",
+        Ok(ResultStatus::Match) => "match",
+        Ok(ResultStatus::Deleted) => "deleted",
+        Ok(ResultStatus::Reset) => "reset",
+        Ok(ResultStatus::ReauthMatch) => "reauth_match",
+        Ok(ResultStatus::ReauthNoMatch) => "reauth_no_match",
+        Ok(ResultStatus::TimedOut) => "timed_out",
+        Ok(ResultStatus::UnknownSerialId) => "unknown_serial_id",
+        Ok(ResultStatus::DigestMismatch) => "digest_mismatch",
+        _ => "unspecified",
+    }
+}
+
+/// Digest type used in votes (re-exported for the coordinator).
+pub(crate) fn digest_of(b: &[u8]) -> Option<EnvelopeDigest> {
+    EnvelopeDigest::from_slice(b)
+}

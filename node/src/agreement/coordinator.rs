@@ -1,0 +1,498 @@
+//! Party 0's batch loop: propose the oldest pending requests, keep those
+//! both peers hold with the same digest, time out those that stay missing,
+//! apply the batch locally (durably), then commit it to the peers. A peer
+//! that is behind (it was down) first gets the batches it missed, replayed
+//! from the batch log, so the three stores converge.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use prost::Message;
+use shared_proto::v1::peer_service_client::PeerServiceClient;
+use shared_proto::v1::{
+    BatchAbort, BatchCommit, BatchItem, BatchProposal, BatchVote, FetchBatchRequest, Vote,
+};
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+use super::{apply_commit, digest_of};
+use crate::batch::ApplyError;
+use crate::ids::RequestId;
+use crate::links::Peers;
+use crate::node::{now_ms, NodeState};
+use crate::queue::{Candidate, PendingQueue};
+use crate::store::{RequestState, StoreError};
+
+/// Runs rounds until `shutdown` turns true; a round in flight is finished
+/// (committed, or aborted and left pending) before returning.
+pub async fn run(state: Arc<NodeState>, peers: Peers, mut shutdown: watch::Receiver<bool>) {
+    let interval = state.config.batch.interval();
+    let mut committed_last = false;
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        // Go again at once only after a committed round with a full queue.
+        let full = state.pending_len() >= state.config.batch.max_size;
+        if !(full && committed_last) {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = state.batch_wakeup.notified() => {}
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                break;
+            }
+        }
+        let r = round(&state, &peers).await;
+        committed_last = matches!(r, Ok(Round::Committed { .. }));
+        match r {
+            Ok(Round::Idle) => {}
+            Ok(Round::Committed { batch_id, size }) => {
+                tracing::debug!(batch_id, size, "batch committed");
+            }
+            Ok(r) => tracing::debug!(?r, "batch round"),
+            Err(e) => {
+                tracing::warn!(error = %e, "batch round failed; requests stay pending");
+                state.metrics.batches.with_label_values(&["failed"]).inc();
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+    }
+    tracing::info!("batch coordinator stopped");
+}
+
+/// Why a coordinator round failed; the requests stay pending.
+#[derive(Debug, thiserror::Error)]
+pub enum RoundError {
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A peer did not answer a call.
+    #[error("party {party}: {call}: {failure}")]
+    Peer {
+        /// The peer.
+        party: u8,
+        /// What was asked.
+        call: &'static str,
+        /// What went wrong.
+        failure: PeerFailure,
+    },
+    /// Applying a batch here failed.
+    #[error("applying batch {batch_id}: {source}")]
+    Apply {
+        /// The batch.
+        batch_id: u64,
+        /// Why.
+        source: ApplyError,
+    },
+    /// A peer that is not configured.
+    #[error("unknown peer {0}")]
+    UnknownPeer(u8),
+    /// A batch to replay is not in this node's batch log.
+    #[error("batch {0} missing from the batch log")]
+    MissingBatch(u64),
+    /// A batch log entry does not decode.
+    #[error("batch {0} in the batch log is corrupt")]
+    CorruptBatch(u64),
+    /// A fetched batch carries no outcomes to apply.
+    #[error("batch {batch_id} from party {party} has no recorded outcomes")]
+    NotRecorded {
+        /// The peer.
+        party: u8,
+        /// The batch.
+        batch_id: u64,
+    },
+}
+
+/// How a call to a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerFailure {
+    /// No answer within the deadline.
+    #[error("no answer in time")]
+    TimedOut,
+    /// The peer answered with an error.
+    #[error("{0}")]
+    Refused(tonic::Status),
+}
+
+impl PeerFailure {
+    fn of<T>(
+        r: Result<Result<tonic::Response<T>, tonic::Status>, tokio::time::error::Elapsed>,
+    ) -> Result<T, PeerFailure> {
+        match r {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(PeerFailure::Refused(status)),
+            Err(_) => Err(PeerFailure::TimedOut),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Round {
+    Idle,
+    CaughtUp,
+    NothingAgreed,
+    Committed { batch_id: u64, size: usize },
+}
+
+async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundError> {
+    let meta = state.store.meta()?;
+    let batch_id = meta.last_applied_batch + 1;
+    let now = now_ms();
+    let cutoff = now.saturating_sub(state.config.batch.request_timeout_ms);
+    let candidates: Vec<Candidate> = state.queue().oldest(state.config.batch.max_size);
+    if candidates.is_empty() {
+        return Ok(Round::Idle);
+    }
+    let started = Instant::now();
+    let proposal = BatchProposal {
+        batch_id,
+        items: candidates
+            .iter()
+            .map(|c| BatchItem {
+                request_id: c.id.0.to_vec(),
+                envelope_digest: c.digest.0.to_vec(),
+            })
+            .collect(),
+    };
+    let timeout = state.config.batch.peer_rpc_timeout();
+    let mut votes: BTreeMap<u8, BatchVote> = BTreeMap::new();
+    let mut failure = None;
+    let calls = peers.clients.iter().map(|(party, client)| {
+        let mut client = client.clone();
+        let proposal = proposal.clone();
+        async move {
+            let r = tokio::time::timeout(timeout, client.propose_batch(proposal)).await;
+            (*party, r)
+        }
+    });
+    for (party, r) in futures::future::join_all(calls).await {
+        match PeerFailure::of(r) {
+            Ok(v) => {
+                votes.insert(party, v);
+            }
+            Err(failure_) => {
+                failure = Some(RoundError::Peer {
+                    party,
+                    call: "proposal",
+                    failure: failure_,
+                })
+            }
+        }
+        if failure.is_some() {
+            state
+                .metrics
+                .peer_errors
+                .with_label_values(&[&party.to_string()])
+                .inc();
+        }
+    }
+    if let Some(f) = failure {
+        abort(peers, batch_id, timeout).await;
+        return Err(f);
+    }
+    match catching_up(meta.last_applied_batch, &votes) {
+        CatchingUp::Fetch { party, to } => {
+            abort(peers, batch_id, timeout).await;
+            fetch_missed(state, peers, party, batch_id, to).await?;
+            return Ok(Round::CaughtUp);
+        }
+        CatchingUp::Replay(behind) => {
+            for (party, from) in behind {
+                catch_up(state, peers, party, from, meta.last_applied_batch).await?;
+            }
+            abort(peers, batch_id, timeout).await;
+            return Ok(Round::CaughtUp);
+        }
+        CatchingUp::No => {}
+    }
+
+    let mut commit = BatchCommit {
+        batch_id,
+        request_ids: Vec::new(),
+        timed_out: Vec::new(),
+        next_serial_id: meta.next_serial,
+        digest_mismatch: Vec::new(),
+        // A fresh name per attempt, so no link of a failed attempt is reused.
+        mpc_session: rand::random(),
+        outcomes_recorded: false,
+        outcomes: Vec::new(),
+    };
+    tally(&candidates, &votes, cutoff, &mut commit);
+    if commit.request_ids.is_empty()
+        && commit.timed_out.is_empty()
+        && commit.digest_mismatch.is_empty()
+    {
+        abort(peers, batch_id, timeout).await;
+        return Ok(Round::NothingAgreed);
+    }
+    let size = commit.request_ids.len();
+    // All three nodes evaluate together (the matching pipeline is a
+    // three-party computation), so the peers get the commit while this node
+    // applies it.
+    let commit_timeout = state.config.batch.commit_timeout();
+    let remote = futures::future::join_all(peers.clients.iter().map(|(party, client)| {
+        let commit = &commit;
+        async move { (*party, send_commit(client, commit, commit_timeout).await) }
+    }));
+    let (ours, theirs) = tokio::join!(apply_commit(state, commit.clone()), remote);
+    let ours = ours.map_err(|source| RoundError::Apply { batch_id, source })?;
+    for (party, r) in theirs {
+        match r {
+            Ok(theirs) if theirs == ours => {}
+            Ok(_) => {
+                tracing::error!(batch_id, party, "peer results differ from ours");
+                state
+                    .metrics
+                    .batches
+                    .with_label_values(&["results_differ"])
+                    .inc();
+            }
+            Err(e) => {
+                tracing::warn!(batch_id, party, error = %e, "commit not acknowledged; the peer catches up later");
+                state
+                    .metrics
+                    .peer_errors
+                    .with_label_values(&[&party.to_string()])
+                    .inc();
+            }
+        }
+    }
+    state
+        .metrics
+        .batch_latency
+        .observe(started.elapsed().as_secs_f64());
+    state.metrics.batch_size.observe(size as f64);
+    state
+        .metrics
+        .batches
+        .with_label_values(&["committed"])
+        .inc();
+    Ok(Round::Committed { batch_id, size })
+}
+
+async fn send_commit(
+    client: &PeerServiceClient<Channel>,
+    commit: &BatchCommit,
+    timeout: std::time::Duration,
+) -> Result<Vec<u8>, PeerFailure> {
+    let mut client = client.clone();
+    let r = tokio::time::timeout(timeout, client.commit_batch(commit.clone())).await;
+    PeerFailure::of(r).map(|ack| ack.results_digest)
+}
+
+async fn abort(peers: &Peers, batch_id: u64, timeout: std::time::Duration) {
+    for (_, client) in &peers.clients {
+        let mut c = client.clone();
+        let _ = tokio::time::timeout(timeout, c.abort_batch(BatchAbort { batch_id })).await;
+    }
+}
+
+async fn catch_up(
+    state: &Arc<NodeState>,
+    peers: &Peers,
+    party: u8,
+    from: u64,
+    to: u64,
+) -> Result<(), RoundError> {
+    let client = peers.client(party).ok_or(RoundError::UnknownPeer(party))?;
+    tracing::info!(
+        party,
+        from,
+        to,
+        "replaying batches to a peer that is behind"
+    );
+    for id in from..=to {
+        let b = state.store.batch(id)?.ok_or(RoundError::MissingBatch(id))?;
+        let commit =
+            BatchCommit::decode(b.commit.as_slice()).map_err(|_| RoundError::CorruptBatch(id))?;
+        let theirs = send_commit(client, &commit, state.config.batch.commit_timeout())
+            .await
+            .map_err(|failure| RoundError::Peer {
+                party,
+                call: "replayed commit",
+                failure,
+            })?;
+        if theirs != b.results_digest {
+            tracing::error!(batch_id = id, party, "replayed batch: peer results differ");
+        }
+    }
+    Ok(())
+}
+
+/// Fetches batches `from..=to` from `party`'s batch log and applies their
+/// recorded outcomes here.
+async fn fetch_missed(
+    state: &Arc<NodeState>,
+    peers: &Peers,
+    party: u8,
+    from: u64,
+    to: u64,
+) -> Result<(), RoundError> {
+    let client = peers.client(party).ok_or(RoundError::UnknownPeer(party))?;
+    tracing::warn!(
+        party,
+        from,
+        to,
+        "a peer applied batches this node lacks; fetching them"
+    );
+    for id in from..=to {
+        let mut c = client.clone();
+        let r = tokio::time::timeout(
+            state.config.batch.peer_rpc_timeout(),
+            c.fetch_batch(FetchBatchRequest { batch_id: id }),
+        )
+        .await;
+        let commit = PeerFailure::of(r).map_err(|failure| RoundError::Peer {
+            party,
+            call: "batch fetch",
+            failure,
+        })?;
+        if !commit.outcomes_recorded {
+            return Err(RoundError::NotRecorded {
+                party,
+                batch_id: id,
+            });
+        }
+        apply_commit(state, commit)
+            .await
+            .map_err(|source| RoundError::Apply {
+                batch_id: id,
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Whether the nodes stand at different batches, by the peers' votes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CatchingUp {
+    /// No: every peer has applied exactly this node's last batch.
+    No,
+    /// `party` applied batches up to `to` that this node lacks (it crashed
+    /// after an evaluation the peers stored): fetch them from it first.
+    Fetch {
+        /// The peer that is ahead (the furthest, the lowest id among equals).
+        party: u8,
+        /// Its last applied batch.
+        to: u64,
+    },
+    /// These peers lack batches: replay each, from the first it lacks, up to
+    /// this node's last applied batch.
+    Replay(Vec<(u8, u64)>),
+}
+
+/// Compares the peers' last applied batches with this node's `last_applied`.
+pub fn catching_up(last_applied: u64, votes: &BTreeMap<u8, BatchVote>) -> CatchingUp {
+    let ahead = votes
+        .iter()
+        .filter(|(_, v)| v.last_applied_batch_id > last_applied)
+        .max_by_key(|(party, v)| (v.last_applied_batch_id, std::cmp::Reverse(**party)));
+    if let Some((party, v)) = ahead {
+        return CatchingUp::Fetch {
+            party: *party,
+            to: v.last_applied_batch_id,
+        };
+    }
+    let behind: Vec<(u8, u64)> = votes
+        .iter()
+        .filter(|(_, v)| v.last_applied_batch_id < last_applied)
+        .map(|(party, v)| (*party, v.last_applied_batch_id + 1))
+        .collect();
+    if behind.is_empty() {
+        CatchingUp::No
+    } else {
+        CatchingUp::Replay(behind)
+    }
+}
+
+/// Sorts the proposed `candidates` into `commit` by the peers' votes (one
+/// vote per candidate, in order; an absent or unknown vote counts as
+/// missing): run when every peer accepted; recorded as a digest mismatch
+/// when a peer holds another envelope; timed out when received before
+/// `cutoff_ms` or already final at a peer. The rest stay pending.
+pub fn tally(
+    candidates: &[Candidate],
+    votes: &BTreeMap<u8, BatchVote>,
+    cutoff_ms: u64,
+    commit: &mut BatchCommit,
+) {
+    for (i, c) in candidates.iter().enumerate() {
+        let vs: Vec<Vote> = votes
+            .values()
+            .map(|v| {
+                v.votes
+                    .get(i)
+                    .and_then(|x| Vote::try_from(*x).ok())
+                    .unwrap_or(Vote::Missing)
+            })
+            .collect();
+        let item = || BatchItem {
+            request_id: c.id.0.to_vec(),
+            envelope_digest: c.digest.0.to_vec(),
+        };
+        if vs.iter().all(|v| *v == Vote::Accept) {
+            commit.request_ids.push(c.id.0.to_vec());
+        } else if vs.contains(&Vote::DigestMismatch) {
+            commit.digest_mismatch.push(item());
+        } else if c.received_ms < cutoff_ms || vs.contains(&Vote::AlreadyFinal) {
+            commit.timed_out.push(item());
+        }
+    }
+}
+
+/// Votes on a proposal (parties 1 and 2).
+pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, StoreError> {
+    let meta = state.store.meta()?;
+    let mut q = state.queue();
+    Ok(vote_on(
+        &mut q,
+        meta.last_applied_batch,
+        proposal,
+        |id| matches!(state.store.request(id), Ok(Some(r)) if r.state() == Some(RequestState::Final)),
+    ))
+}
+
+/// Votes on a proposal against this node's pending `queue`, reserving the
+/// accepted requests for it. A node whose last applied batch is not the one
+/// before the proposal's votes "missing" on everything. `is_final` says
+/// whether the request log holds a request as final.
+pub fn vote_on(
+    queue: &mut PendingQueue,
+    last_applied: u64,
+    proposal: &BatchProposal,
+    is_final: impl Fn(&RequestId) -> bool,
+) -> BatchVote {
+    let behind = proposal.batch_id != last_applied + 1;
+    queue.release_all_but(Some(proposal.batch_id));
+    let mut votes = Vec::with_capacity(proposal.items.len());
+    for item in &proposal.items {
+        let id = RequestId::from_slice(&item.request_id);
+        let want = digest_of(&item.envelope_digest);
+        let v = match (id, want) {
+            (Some(id), Some(want)) if !behind => match queue.digest(&id) {
+                Some(d) if d == want => {
+                    queue.reserve(&id, proposal.batch_id);
+                    Vote::Accept
+                }
+                Some(_) => Vote::DigestMismatch,
+                // Intake stores a request before queueing it: one that is
+                // stored but still pending is on its way into the queue.
+                None if is_final(&id) => Vote::AlreadyFinal,
+                None => Vote::Missing,
+            },
+            _ => Vote::Missing,
+        };
+        votes.push(v as i32);
+    }
+    BatchVote {
+        batch_id: proposal.batch_id,
+        votes,
+        last_applied_batch_id: last_applied,
+    }
+}
