@@ -1,13 +1,16 @@
 //! The ocelli verifier node: envelope intake over gRPC and TLS, a durable
 //! store, batch agreement between the three parties, and the three-party
-//! matching pipeline ([`matching`], over [`mpc`], [`engine`] and
-//! [`pipeline`]).
+//! matching pipeline ([`matching`], driving the protocol core `ocelli_mpc`
+//! over the node-to-node links).
 //!
 //! Layout: [`config`] and [`keys`] (keygen) feed [`node::NodeState`], the
 //! shared state behind one `Arc`; [`server::run`] serves it; [`intake`]
-//! checks envelopes; [`store`] keeps everything durable; [`batch`] agrees on
-//! and applies batches; [`links`] carries MPC round traffic between parties;
-//! [`client`] is what orbs and tests use.
+//! checks envelopes; [`store`] keeps everything durable; [`batch`] defines
+//! what a batch computes and plans its results; [`agreement`] agrees on
+//! batches and applies them; [`links`] carries MPC round traffic between
+//! parties; [`client`] is what orbs and tests use. The crate forbids
+//! `unsafe`: what needs it (SIMD kernels, the allocator and resource calls)
+//! lives behind safe functions in `ocelli_mpc`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs, clippy::unwrap_used)]
 

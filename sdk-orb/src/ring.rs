@@ -1,4 +1,4 @@
-//! The Galois ring GR(2^16, 4) = Z_{2^16}[x] / (x^4 - x - 1) and its basis conversions.
+//! The Galois ring GR(2^16, 4) = `Z_{2^16}[x] / (x^4 - x - 1)` and its basis conversions.
 //!
 //! Elements are four monomial coefficients `[c0, c1, c2, c3]` meaning
 //! `c0 + c1 x + c2 x^2 + c3 x^3`. All arithmetic wraps mod 2^16.

@@ -1,6 +1,6 @@
 //! The dot-product engines: the CPU engine (register-tiled SIMD kernels chosen by run-time CPU
 //! detection) and the GPU engine (behind the `gpu` feature), both behind
-//! [`DotEngine`](crate::dot::DotEngine), and [`build`], which picks one for a node or a
+//! [`crate::dot::DotEngine`], and [`build`], which picks one for a node or a
 //! benchmark.
 
 pub mod cpu;

@@ -13,7 +13,7 @@
 //! - The dot-product phase: [`db`] (the party's share database), [`dot`] (the engine
 //!   interface), [`engine`] (CPU and GPU engines).
 //! - The pipeline: [`pipeline`] (one party's batch), [`requests`] (request types to pipeline
-//!   roles and outcomes), [`synthetic`] (synthetic irises), [`bench`], [`process`].
+//!   roles and outcomes), [`synthetic`] (synthetic irises), [`mod@bench`], [`process`].
 //!
 //! Conventions (ABY3-style replicated sharing): a value `x = x_0 + x_1 + x_2` (XOR for bits);
 //! party `i` holds `(x_i, x_{i-1})`, called `own` and `prev`. Party `i` shares a PRF stream
