@@ -20,7 +20,7 @@ use crate::dot::DotEngine;
 use crate::engine::{mac_peak, CpuEngine, Kernel};
 use crate::local::{additive_u16, run_three};
 use crate::pipeline::{evaluate, PipelineConfig, PipelineRequest, Target};
-use crate::process::cpu_seconds;
+use crate::process::{cpu_seconds, resident_bytes};
 use crate::synthetic;
 
 /// Sizes of a bench run.
@@ -61,12 +61,17 @@ pub struct BenchReport {
     pub pipeline_per_party_core: f64,
     /// Plaintext popcount matcher on one core.
     pub plaintext_per_core: f64,
+    /// The popcount matcher's instruction set, chosen at run time.
+    pub plaintext_kernel: &'static str,
     /// u16 multiply-adds per second one core sustains with the kernel's instruction.
     pub mac_peak: f64,
     /// Fraction of `mac_peak` the dot-product phase reaches.
     pub mac_peak_fraction: f64,
     /// How many times faster the plaintext matcher is than the secure pipeline.
     pub plaintext_over_pipeline: f64,
+    /// Resident bytes per enrolled person of one party's share database, measured on
+    /// [`MEMORY_PEOPLE`] people (`None` where the OS does not say).
+    pub resident_bytes_per_enrolled: Option<f64>,
     /// Bytes each party sends per comparison in the pipeline.
     pub bytes_per_comparison: f64,
 }
@@ -96,8 +101,9 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "  plaintext popcount  {:>12} per core",
-            m(self.plaintext_per_core)
+            "  plaintext popcount  {:>12} per core ({})",
+            m(self.plaintext_per_core),
+            self.plaintext_kernel
         )?;
         writeln!(
             f,
@@ -110,6 +116,14 @@ impl std::fmt::Display for BenchReport {
             "  plaintext / secure  {:>9.1} x",
             self.plaintext_over_pipeline
         )?;
+        if let Some(bytes) = self.resident_bytes_per_enrolled {
+            writeln!(
+                f,
+                "  resident memory     {:>9.1} KB per enrolled person per party ({} people)",
+                bytes / 1e3,
+                MEMORY_PEOPLE
+            )?;
+        }
         write!(
             f,
             "  sent per comparison {:>9.1} bytes per party",
@@ -149,7 +163,7 @@ mod plaintext {
     }
 
     #[inline(always)]
-    fn count(
+    pub(super) fn count(
         queries: &[(IrisTemplate, IrisTemplate)],
         db: &[(IrisTemplate, IrisTemplate)],
         a: u32,
@@ -193,28 +207,78 @@ mod plaintext {
         count(queries, db, a)
     }
 
-    /// Matching (query rotation, enrolled eye) pairs, counted.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2,popcnt")]
+    fn count_avx2(
+        queries: &[(IrisTemplate, IrisTemplate)],
+        db: &[(IrisTemplate, IrisTemplate)],
+        a: u32,
+    ) -> usize {
+        count(queries, db, a)
+    }
+
+    /// The best popcount this CPU has: `avx512-vpopcntdq`, `avx2` (with `popcnt`), `popcnt`,
+    /// or `portable`.
+    pub fn best_kernel() -> &'static str {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("popcnt")
+            {
+                return "avx512-vpopcntdq";
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("popcnt")
+            {
+                return "avx2";
+            }
+            if std::arch::is_x86_feature_detected!("popcnt") {
+                return "popcnt";
+            }
+        }
+        "portable"
+    }
+
+    /// Matching (query rotation, enrolled eye) pairs, counted with [`best_kernel`].
     #[allow(unsafe_code)]
     pub fn count_matches(
         queries: &[(IrisTemplate, IrisTemplate)],
         db: &[(IrisTemplate, IrisTemplate)],
         a: u32,
     ) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512vpopcntdq")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-            {
-                // SAFETY: the features were detected.
-                return unsafe { count_avx512(queries, db, a) };
-            }
-            if std::arch::is_x86_feature_detected!("popcnt") {
-                // SAFETY: the feature was detected.
-                return unsafe { count_popcnt(queries, db, a) };
-            }
+        match best_kernel() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: best_kernel detected the features each of these is compiled for.
+            "avx512-vpopcntdq" => unsafe { count_avx512(queries, db, a) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            "avx2" => unsafe { count_avx2(queries, db, a) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            "popcnt" => unsafe { count_popcnt(queries, db, a) },
+            _ => count(queries, db, a),
         }
-        count(queries, db, a)
     }
+}
+
+/// People in the share database whose resident size `bench` reports.
+pub const MEMORY_PEOPLE: usize = 20_000;
+
+/// Resident bytes per enrolled person: one party's [`MatchDb`] of `people` people, measured
+/// as the growth of the process's resident set while it is built.
+pub fn resident_bytes_per_enrolled(people: usize) -> Option<f64> {
+    let mut rng = ChaCha20Rng::seed_from_u64(20_000);
+    let person = synthetic::random_shares(&mut rng);
+    let before = resident_bytes()?;
+    let mut db = MatchDb::new();
+    for serial in 1..=people as u64 {
+        db.push(serial, &person);
+    }
+    let after = resident_bytes()?;
+    std::hint::black_box(&db);
+    Some(after.saturating_sub(before) as f64 / people as f64)
 }
 
 /// Runs every measurement; `progress` hears what is running.
@@ -308,6 +372,10 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         measure(|| plaintext::count_matches(&people[n..], &people[..n], a));
     std::hint::black_box(matches);
     let plain_rate = pipeline_comparisons as f64 / plain_seconds;
+    drop(dbs);
+
+    progress("resident memory of the share database");
+    let resident = resident_bytes_per_enrolled(MEMORY_PEOPLE);
 
     BenchReport {
         kernel: kernel.name().to_owned(),
@@ -317,9 +385,39 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         compare_per_party_core: compare_rate,
         pipeline_per_party_core: pipeline_rate,
         plaintext_per_core: plain_rate,
+        plaintext_kernel: plaintext::best_kernel(),
+        resident_bytes_per_enrolled: resident,
         mac_peak: peak,
         mac_peak_fraction: mac_fraction,
         plaintext_over_pipeline: plain_rate / pipeline_rate,
         bytes_per_comparison: bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The popcount matcher chosen at run time counts what the portable one counts, and some
+    /// pairs match (re-captures) while most do not.
+    #[test]
+    fn the_chosen_plaintext_matcher_agrees_with_the_portable_one() {
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let db: Vec<_> = (0..12)
+            .map(|_| (synthetic::eye(&mut rng), synthetic::eye(&mut rng)))
+            .collect();
+        let queries: Vec<_> = db[..3]
+            .iter()
+            .map(|(l, r)| {
+                (
+                    synthetic::recapture(&mut rng, l).0,
+                    synthetic::recapture(&mut rng, r).0,
+                )
+            })
+            .collect();
+        let a = threshold_coefficient(DEFAULT_THRESHOLD);
+        let portable = plaintext::count(&queries, &db, a);
+        assert!(portable > 0 && portable < queries.len() * 2 * ROTATION_COUNT * db.len() / 2);
+        assert_eq!(plaintext::count_matches(&queries, &db, a), portable);
     }
 }
