@@ -268,9 +268,19 @@ impl ErrorKind {
                 field,
                 expected,
                 actual,
+            }
+            | EnvelopeError::ShareLength {
+                field,
+                expected,
+                actual,
             } => ErrorKind::Length {
                 field: field.to_string(),
                 expected,
+                actual,
+            },
+            EnvelopeError::Oversized { limit, actual } => ErrorKind::Length {
+                field: "envelope".to_string(),
+                expected: limit,
                 actual,
             },
             EnvelopeError::UnsupportedVersion(version) => ErrorKind::UnsupportedVersion { version },

@@ -152,14 +152,8 @@ fn from_sdk(e: EnvelopeError) -> Rejection {
     use RejectReason as R;
     let reason = match e {
         EnvelopeError::Malformed(_) | EnvelopeError::MissingField(_) => R::Malformed,
-        EnvelopeError::Length {
-            field: "envelope", ..
-        } => R::Oversized,
-        EnvelopeError::Length { field, .. }
-            if field.starts_with("left.") || field.starts_with("right.") =>
-        {
-            R::BadShares
-        }
+        EnvelopeError::Oversized { .. } => R::Oversized,
+        EnvelopeError::ShareLength { .. } => R::BadShares,
         EnvelopeError::Length { .. } => R::BadLength,
         EnvelopeError::UnsupportedVersion(_) => R::UnsupportedVersion,
         EnvelopeError::UnknownRequestType(_) | EnvelopeError::SerialId => R::InvalidRequest,

@@ -5,7 +5,7 @@
 //! packed layout ([`rotate_coefs`]), where it permutes whole ring elements.
 
 use crate::template::IrisBits;
-use crate::{BITS_PER_COLUMN, CODE_BITS, COLUMNS};
+use crate::COLUMNS;
 
 /// Largest rotation in columns, either way.
 pub const MAX_ROTATION: i32 = 15;
@@ -14,24 +14,14 @@ pub const ROTATION_COUNT: usize = 2 * MAX_ROTATION as usize + 1;
 /// Coefficients per rotation chunk in the share layout (200 ring elements).
 pub const CHUNK_COEFS: usize = COLUMNS * 4;
 
-const ROW_BITS: usize = COLUMNS * BITS_PER_COLUMN;
-
 /// The rotations in index order: index `k + 15` holds rotation `k`.
 pub fn rotations() -> core::ops::RangeInclusive<i32> {
     -MAX_ROTATION..=MAX_ROTATION
 }
 
-/// Plain bits rotated by `k` columns (any `k`; taken mod 200).
+/// Plain bits rotated by `k` columns (any `k`; taken mod 200): [`IrisBits::rotated`].
 pub fn rotate_bits(bits: &IrisBits, k: i32) -> IrisBits {
-    let shift = (k.rem_euclid(COLUMNS as i32) as usize) * BITS_PER_COLUMN;
-    let mut out = IrisBits::zero();
-    for row_start in (0..CODE_BITS).step_by(ROW_BITS) {
-        for p in 0..ROW_BITS {
-            let src = row_start + (p + ROW_BITS - shift) % ROW_BITS;
-            out.set(row_start + p, bits.get(src));
-        }
-    }
-    out
+    bits.rotated(k)
 }
 
 /// Share (or plain) coefficients in the packed layout rotated by `k` columns: each

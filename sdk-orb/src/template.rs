@@ -10,7 +10,7 @@ use base64::Engine as _;
 use subtle::ConstantTimeEq;
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-use crate::CODE_BITS;
+use crate::{BITS_PER_COLUMN, CODE_BITS, COLUMNS};
 
 /// Bytes of one packed code or mask (`numpy.packbits`).
 pub const PACKED_BYTES: usize = CODE_BITS / 8;
@@ -32,6 +32,21 @@ const WORDS: usize = CODE_BITS / 64;
 pub struct IrisBits([u64; WORDS]);
 
 impl IrisBits {
+    /// The bits rotated by `k` columns (any `k`; taken mod 200): each 800-bit row shifted
+    /// cyclically by `4 k` bits, as `numpy.roll(x, k, axis=1)` on the (16, 200, 4) view.
+    pub fn rotated(&self, k: i32) -> IrisBits {
+        const ROW_BITS: usize = COLUMNS * BITS_PER_COLUMN;
+        let shift = (k.rem_euclid(COLUMNS as i32) as usize) * BITS_PER_COLUMN;
+        let mut out = IrisBits::zero();
+        for row_start in (0..CODE_BITS).step_by(ROW_BITS) {
+            for p in 0..ROW_BITS {
+                let src = row_start + (p + ROW_BITS - shift) % ROW_BITS;
+                out.set(row_start + p, self.get(src));
+            }
+        }
+        out
+    }
+
     /// All bits zero.
     pub const fn zero() -> IrisBits {
         IrisBits([0; WORDS])
@@ -378,8 +393,8 @@ impl IrisTemplate {
     /// (16, 200, 2, 2) array. Rotation preserves validity.
     pub fn rotated(&self, k: i32) -> IrisTemplate {
         IrisTemplate {
-            code: crate::rotation::rotate_bits(&self.code, k),
-            mask: crate::rotation::rotate_bits(&self.mask, k),
+            code: self.code.rotated(k),
+            mask: self.mask.rotated(k),
             version: self.version.clone(),
         }
     }

@@ -1,9 +1,12 @@
 use super::*;
-use crate::keys::NodeSecretKey;
+use crate::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey};
+use crate::pb::{len_field_len, Writer};
 use crate::plaintext::dot_products;
 use crate::preprocess::{dot_shares, preprocess_code, preprocess_mask};
 use crate::shamir::{code_coefs, reconstruct};
 use crate::template::random;
+use crate::template::IrisTemplate;
+use crate::{PartyId, PartyShares, RequestId, RequestType, PARTIES};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use std::boxed::Box;
@@ -274,9 +277,8 @@ fn structural_errors_are_specific() {
     big.resize(MAX_ENVELOPE_LEN + 1, 0);
     assert_eq!(
         EnvelopeView::parse(&big).err(),
-        Some(EnvelopeError::Length {
-            field: "envelope",
-            expected: MAX_ENVELOPE_LEN,
+        Some(EnvelopeError::Oversized {
+            limit: MAX_ENVELOPE_LEN,
             actual: MAX_ENVELOPE_LEN + 1
         })
     );
@@ -338,7 +340,7 @@ fn signed_envelopes_with_bad_payloads_are_rejected_after_decryption() {
         // Same total length, shares of the wrong sizes.
         (
             payload_bytes(0, m.request_id.0, CODE_BYTES - 2, MASK_BYTES + 2),
-            EnvelopeError::Length {
+            EnvelopeError::ShareLength {
                 field: "left.code",
                 expected: CODE_BYTES,
                 actual: CODE_BYTES - 2,
@@ -401,7 +403,7 @@ fn payload_decoding_errors_are_specific() {
     let short_mask = payload_bytes(1, rid.0, CODE_BYTES, MASK_BYTES - 1);
     assert_eq!(
         decode_payload(&short_mask, p1, &rid, &mut out),
-        Err(EnvelopeError::Length {
+        Err(EnvelopeError::ShareLength {
             field: "left.mask",
             expected: MASK_BYTES,
             actual: MASK_BYTES - 1
