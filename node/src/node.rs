@@ -16,7 +16,8 @@ use crate::keys::{self, ResultSigner};
 use crate::metrics::Metrics;
 use crate::queue::PendingQueue;
 use crate::shares::ShareDb;
-use crate::store::{RedbStore, Store, StoreError};
+use crate::store::redb::RedbStore;
+use crate::store::{Store, StoreError};
 
 /// Errors while starting a node.
 #[derive(Debug, thiserror::Error)]

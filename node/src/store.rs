@@ -1,16 +1,15 @@
 //! Durable state behind one trait: enrolled shares by serial id, the request
 //! log (replay protection), pending envelopes, signed results and the batch
-//! log. [`RedbStore`] is the embedded implementation; a PostgreSQL one can
-//! implement the same trait.
+//! log. [`redb::RedbStore`] is the embedded implementation; a PostgreSQL one
+//! can implement the same trait.
 //!
 //! Every write is one ACID transaction committed with immediate durability,
 //! so anything acknowledged to a client or a peer survives a crash.
 
-mod redb;
+pub mod redb;
 
 use std::collections::BTreeMap;
 
-pub use self::redb::RedbStore;
 use sdk_orb::RequestType;
 
 use crate::ids::{RequestId, SerialId};
