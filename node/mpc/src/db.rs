@@ -248,3 +248,36 @@ impl MatchDb {
         &self.masks[eye][rows.start * MASK_COEFS..rows.end * MASK_COEFS]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::{RngCore, SeedableRng};
+
+    /// Entries inserted out of order, across many growths of the row vectors, end up in serial
+    /// order with their own shares; removals close the gap.
+    #[test]
+    fn rows_stay_in_serial_order_through_growth_and_removal() {
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let people: Vec<_> = (0..40)
+            .map(|_| crate::synthetic::random_shares(&mut rng))
+            .collect();
+        let mut serials: Vec<u64> = (1..=40).collect();
+        for i in (1..serials.len()).rev() {
+            serials.swap(i, rng.next_u32() as usize % (i + 1));
+        }
+        let mut db = MatchDb::new();
+        for &s in &serials {
+            db.insert(s, &people[s as usize - 1]);
+        }
+        db.remove(db.row_of(7).expect("enrolled"));
+        let expected: Vec<u64> = (1..=40).filter(|&s| s != 7).collect();
+        assert_eq!(db.serial_ids(), &expected[..]);
+        for (row, &s) in expected.iter().enumerate() {
+            let p = &people[s as usize - 1];
+            assert_eq!(db.code(0, row), p.left.code.coefs());
+            assert_eq!(db.mask(1, row), p.right.mask.coefs());
+        }
+    }
+}
