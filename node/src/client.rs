@@ -55,7 +55,7 @@ pub fn verify_result(
     NodeResult::decode(signed.result.as_slice()).map_err(|_| "undecodable result")
 }
 
-/// Accepts a result only as the DESIGN says a client must: three results
+/// Accepts a result only as docs/design.md section 6 says a client must: three results
 /// from parties 0, 1 and 2, each validly signed by that party's key
 /// (`keys[party]`), with identical result bytes.
 ///

@@ -1,4 +1,4 @@
-//! Envelope intake, exactly as DESIGN section 5: size, structure, orb key
+//! Envelope intake, exactly as docs/design.md section 5: size, structure, orb key
 //! allow-list, signature, freshness, replay (persisted request log), decrypt
 //! this party's payload, validate lengths and ids. Every rejection has its
 //! own [`RejectReason`], which maps to a gRPC status code, an
@@ -255,7 +255,7 @@ impl IntakePolicy {
         })
     }
 
-    /// Runs every check in DESIGN order. `seen` answers whether a request id
+    /// Runs every check in the order of docs/design.md section 5. `seen` answers whether a request id
     /// is already in the request log.
     ///
     /// # Errors

@@ -1,5 +1,5 @@
 //! The production [`BatchEvaluator`]: the three-party matching pipeline of
-//! DESIGN section 6, run over the node-to-node MPC links.
+//! docs/design.md section 6, run over the node-to-node MPC links.
 //!
 //! Per batch: every party builds the same list of pipeline requests from the
 //! committed requests (request types are public), opens its links to the two

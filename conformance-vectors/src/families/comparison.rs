@@ -1,4 +1,4 @@
-//! `comparison`: the node's comparison phase (DESIGN section 6, steps 4 to 6) for given
+//! `comparison`: the node's comparison phase (docs/design.md section 6, steps 4 to 6) for given
 //! additive dot-product shares and pairwise PRF seeds, run as the three parties through
 //! `ocelli_mpc`: resharing, MPCLift of `md` to Z_{2^32}, `x = A md - 2^16 cd`, and the
 //! MSB of `x`. Each vector holds every party's share of each of these values and the opened

@@ -244,8 +244,8 @@ fn person_matches(query: &[Vec<IrisTemplate>; 2], other: &Person, or_policy: boo
     }
 }
 
-/// The outcomes from the templates alone, written from the request-type semantics (DESIGN
-/// section 5): uniqueness and uniqueness checks match against every enrolled person and
+/// The outcomes from the templates alone, written from the request-type semantics
+/// (docs/design.md section 5): uniqueness and uniqueness checks match against every enrolled person and
 /// the batch's earlier uniqueness requests (the enrolment candidates); a re-authentication
 /// against its serial id only; deletions and resets are carried out unmatched. Matching sees
 /// the database as it was before the batch. Also says whether some request matches an

@@ -1,4 +1,4 @@
-//! The matching pipeline of one party for one batch (DESIGN section 6, steps 2 to 7):
+//! The matching pipeline of one party for one batch (docs/design.md section 6, steps 2 to 7):
 //! preprocess each query and expand its 31 rotations, run the dot products on an engine,
 //! then the comparison phase in MPC, OR over rotations, the eye policy, and opening.
 //!
