@@ -13,6 +13,8 @@ if ! command -v qemu-system-arm >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-system-arm
 fi
 
+# Its own workspace, so the root's `cargo fmt --all --check` does not see it.
+cargo fmt --check
 cargo build --release --locked -q
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
