@@ -118,6 +118,19 @@ fn error_debug(v: &Value) -> String {
         "unknown_request_type",
     ];
     let (kind, fields) = single(v);
+    // The vectors record every wrong length as `length`; the SDK tells an oversized envelope
+    // and a wrong-sized share apart from other fields.
+    if kind == "length" {
+        let field = fields["field"].as_str().expect("length field");
+        let (expected, actual) = (int(&fields["expected"]), int(&fields["actual"]));
+        return if field == "envelope" {
+            format!("Oversized {{ limit: {expected}, actual: {actual} }}")
+        } else if field.starts_with("left.") || field.starts_with("right.") {
+            format!("ShareLength {{ field: {field:?}, expected: {expected}, actual: {actual} }}")
+        } else {
+            format!("Length {{ field: {field:?}, expected: {expected}, actual: {actual} }}")
+        };
+    }
     let name: String = kind
         .split('_')
         .map(|w| {
