@@ -185,38 +185,24 @@ mod plaintext {
         total
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unsafe_code)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vpopcntdq,popcnt")]
-    fn count_avx512(
-        queries: &[(IrisTemplate, IrisTemplate)],
-        db: &[(IrisTemplate, IrisTemplate)],
-        a: u32,
-    ) -> usize {
-        count(queries, db, a)
+    /// [`count`] compiled for the named target features, so its popcounts use them.
+    macro_rules! count_with {
+        ($name:ident, $features:literal) => {
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unsafe_code)]
+            #[target_feature(enable = $features)]
+            fn $name(
+                queries: &[(IrisTemplate, IrisTemplate)],
+                db: &[(IrisTemplate, IrisTemplate)],
+                a: u32,
+            ) -> usize {
+                count(queries, db, a)
+            }
+        };
     }
-
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unsafe_code)]
-    #[target_feature(enable = "popcnt")]
-    fn count_popcnt(
-        queries: &[(IrisTemplate, IrisTemplate)],
-        db: &[(IrisTemplate, IrisTemplate)],
-        a: u32,
-    ) -> usize {
-        count(queries, db, a)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[allow(unsafe_code)]
-    #[target_feature(enable = "avx2,popcnt")]
-    fn count_avx2(
-        queries: &[(IrisTemplate, IrisTemplate)],
-        db: &[(IrisTemplate, IrisTemplate)],
-        a: u32,
-    ) -> usize {
-        count(queries, db, a)
-    }
+    count_with!(count_avx512, "avx512f,avx512bw,avx512vpopcntdq,popcnt");
+    count_with!(count_avx2, "avx2,popcnt");
+    count_with!(count_popcnt, "popcnt");
 
     /// The best popcount this CPU has: `avx512-vpopcntdq`, `avx2` (with `popcnt`), `popcnt`,
     /// or `portable`.
