@@ -112,8 +112,8 @@ pub async fn run(
             .initial_connection_window_size(crate::tls::PEER_CONNECTION_WINDOW)
             .add_service(
                 PeerServiceServer::new(peer_api)
-                    .max_decoding_message_size(64 << 20)
-                    .max_encoding_message_size(64 << 20),
+                    .max_decoding_message_size(crate::config::PEER_MESSAGE_CAP)
+                    .max_encoding_message_size(crate::config::PEER_MESSAGE_CAP),
             )
             .serve_with_incoming_shutdown(peer_incoming, async move {
                 let _ = peer_stop_rx.wait_for(|s| *s).await;
