@@ -57,13 +57,17 @@ pub fn verify_result(
 
 /// Accepts a result only as the DESIGN says a client must: three results
 /// from parties 0, 1 and 2, each validly signed by that party's key
-/// (`keys[party]`), with identical result bytes.
+/// (`keys[party]`), with identical result bytes, for the request the client
+/// sent (`request_id`): a validly signed result of another request (replayed
+/// by a node or a man in the middle of a gateway) is refused.
 ///
 /// # Errors
-/// A missing or duplicate party, a bad signature, or results that differ.
+/// A missing or duplicate party, a bad signature, results that differ, or a
+/// result for another request.
 pub fn agree(
     results: &[SignedResult],
     keys: &[ed25519_dalek::VerifyingKey; 3],
+    request_id: &[u8; 16],
 ) -> Result<NodeResult, &'static str> {
     if results.len() != 3 {
         return Err("need exactly three results");
@@ -79,6 +83,9 @@ pub fn agree(
         let decoded = verify_result(r, key)?;
         if r.result != results[0].result {
             return Err("the nodes' results differ");
+        }
+        if decoded.request_id != request_id {
+            return Err("the result is for another request");
         }
         out = Some(decoded);
     }

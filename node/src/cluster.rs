@@ -331,6 +331,6 @@ impl Orb {
                 }
             }
         }
-        Ok(agree(&results, &self.result_keys)?)
+        Ok(agree(&results, &self.result_keys, &id.0)?)
     }
 }

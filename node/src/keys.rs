@@ -17,7 +17,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rand_core::OsRng;
@@ -122,8 +122,16 @@ fn write_file(path: &Path, data: &[u8], private: bool, force: bool) -> Result<()
     } else {
         opts.create_new(true);
     }
-    opts.mode(if private { 0o600 } else { 0o644 });
+    let mode = if private { 0o600 } else { 0o644 };
+    opts.mode(mode);
     let mut f = opts.open(path).map_err(io_err(path))?;
+    // `mode` applies only to files the open creates: an existing file overwritten with
+    // `--force` keeps its old mode (perhaps world-readable) unless set here, before the
+    // secret is written into it.
+    if force {
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io_err(path))?;
+    }
     f.write_all(data).map_err(io_err(path))?;
     f.sync_all().map_err(io_err(path))
 }

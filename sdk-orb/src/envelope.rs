@@ -530,7 +530,14 @@ fn parse_sealed(bytes: &[u8], position: usize) -> Result<SealedPayloadView<'_>, 
     let mut ct = None;
     while let Some((field, v)) = r.next(3)? {
         match field {
-            1 => party = v.varint()?,
+            // Canonical proto3 omits a zero scalar: an explicit zero would give the same
+            // envelope a second encoding.
+            1 => {
+                party = match v.varint()? {
+                    0 => return Err(EnvelopeError::Malformed("explicit zero party_id")),
+                    p => p,
+                }
+            }
             2 => enc = Some(fixed::<ENCAPSULATED_KEY_BYTES>(v, "encapsulated_key")?),
             _ => ct = Some(v.bytes()?),
         }
@@ -590,7 +597,12 @@ impl<'a> EnvelopeView<'a> {
                     );
                 }
                 4 => timestamp_ms = v.varint()?,
-                5 => serial_id = v.varint()?,
+                5 => {
+                    serial_id = match v.varint()? {
+                        0 => return Err(EnvelopeError::Malformed("explicit zero serial_id")),
+                        id => id,
+                    }
+                }
                 6 => {
                     or_policy = match v.varint()? {
                         1 => true,
@@ -797,7 +809,12 @@ pub fn decode_payload(
     while let Some((field, v)) = r.next(5)? {
         match field {
             1 => version = Some(v.varint()?),
-            2 => payload_party = v.varint()?,
+            2 => {
+                payload_party = match v.varint()? {
+                    0 => return Err(EnvelopeError::Malformed("explicit zero party_id")),
+                    p => p,
+                }
+            }
             3 => rid = Some(*fixed::<REQUEST_ID_BYTES>(v, "payload request_id")?),
             _ => {
                 let (eye, names) = if field == 4 {
