@@ -25,12 +25,38 @@ pub struct OrbClient {
 
 impl OrbClient {
     /// A lazily connecting client for the node at `addr`, trusting the CA in
-    /// `ca_pem`, verifying the server name `server_name`.
+    /// `ca_pem`, verifying the server name `server_name`, with no client
+    /// certificate: every call is refused as unauthenticated (what a stranger gets).
     ///
     /// # Errors
     /// Unreadable CA or bad server name.
     pub fn new(addr: SocketAddr, server_name: &str, ca_pem: &Path) -> Result<Self, TlsError> {
-        let cfg = crate::tls::orb_client_config(ca_pem)?;
+        Self::connect(addr, server_name, ca_pem, None)
+    }
+
+    /// [`OrbClient::new`] presenting the client identity in directory `identity`
+    /// (`tls.pem` and `tls.key.pem`, as `keygen` writes them for a gateway or the
+    /// results consumer).
+    ///
+    /// # Errors
+    /// Unreadable CA or identity, or bad server name.
+    pub fn with_identity(
+        addr: SocketAddr,
+        server_name: &str,
+        ca_pem: &Path,
+        identity: &Path,
+    ) -> Result<Self, TlsError> {
+        let (cert, key) = (identity.join("tls.pem"), identity.join("tls.key.pem"));
+        Self::connect(addr, server_name, ca_pem, Some((&cert, &key)))
+    }
+
+    fn connect(
+        addr: SocketAddr,
+        server_name: &str,
+        ca_pem: &Path,
+        identity: Option<(&Path, &Path)>,
+    ) -> Result<Self, TlsError> {
+        let cfg = crate::tls::orb_client_config(ca_pem, identity)?;
         let ch = crate::tls::channel(addr, server_name, cfg, Duration::from_secs(5))?;
         Ok(Self {
             orb: OrbServiceClient::new(ch.clone()).max_encoding_message_size(8 << 20),

@@ -69,6 +69,13 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// This node's TLS private key.
     pub key: PathBuf,
+    /// Certificates of the orb gateways allowed on the orb API (PEM, one per gateway): each
+    /// submits and reads the results of its own requests.
+    #[serde(default)]
+    pub gateways: Vec<PathBuf>,
+    /// Certificates of the results consumers (PEM): they may read and stream every result.
+    #[serde(default)]
+    pub results_consumers: Vec<PathBuf>,
 }
 
 /// Identity keys.
@@ -357,6 +364,14 @@ impl NodeConfig {
         fix(&mut self.tls.ca);
         fix(&mut self.tls.cert);
         fix(&mut self.tls.key);
+        for p in self
+            .tls
+            .gateways
+            .iter_mut()
+            .chain(&mut self.tls.results_consumers)
+        {
+            fix(p);
+        }
         fix(&mut self.keys.hpke_secret);
         fix(&mut self.keys.result_signing);
         fix(&mut self.keys.orb_allow_list);

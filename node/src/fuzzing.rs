@@ -220,6 +220,7 @@ fn commit(c: &BatchCommit) {
                     serial_id: p.serial_id,
                     or_policy: false,
                     batch_id: 0,
+                    submitter: Vec::new(),
                 };
                 eval.push(
                     crate::batch::plan::eval_request(id, &rec, StoredShares::build(|_| {}))

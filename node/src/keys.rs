@@ -108,7 +108,21 @@ impl KeygenOutput {
     pub fn public_keys(&self) -> PathBuf {
         self.dir.join("node-public-keys.bin")
     }
+    /// `gatewayN/`: certificate (`tls.pem`) and key (`tls.key.pem`) of orb gateway `n`.
+    pub fn gateway(&self, n: u8) -> PathBuf {
+        self.dir.join(format!("gateway{n}"))
+    }
+    /// `results-consumer/`: certificate and key of the results consumer.
+    pub fn results_consumer(&self) -> PathBuf {
+        self.dir.join(RESULTS_CONSUMER)
+    }
 }
+
+/// How many orb gateway identities `keygen` issues (`gateway0`, `gateway1`, ...).
+pub const GATEWAYS: u8 = 2;
+
+/// The directory of the results consumer's identity.
+pub const RESULTS_CONSUMER: &str = "results-consumer";
 
 /// Writes `data` to `path`; private files get mode 0600 from creation on.
 fn write_file(path: &Path, data: &[u8], private: bool, force: bool) -> Result<(), KeyError> {
@@ -239,6 +253,27 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
             hex::encode(verify.as_bytes())
         ));
     }
+    // Orb-API client identities: each gateway's certificate is pinned by the nodes and names
+    // who submitted a request (only that gateway reads its results); the results consumer may
+    // stream every result. Neither is a node certificate (client authentication only).
+    let client_names = (0..GATEWAYS)
+        .map(|i| format!("gateway{i}"))
+        .chain([RESULTS_CONSUMER.to_owned()]);
+    for name in client_names {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("ocelli {name}"));
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &issuer)?;
+        let dir = opts.out_dir.join(&name);
+        write_file(&dir.join("tls.pem"), cert.pem().as_bytes(), false, force)?;
+        let key_pem = Zeroizing::new(key.serialize_pem());
+        write_file(&dir.join("tls.key.pem"), key_pem.as_bytes(), true, force)?;
+    }
+
     write_file(&out.public_keys(), &hpke_pubs, false, force)?;
     write_file(
         &opts.out_dir.join("public-bundle.toml"),
@@ -289,7 +324,9 @@ pub fn sample_config(party: u8, base: u16) -> String {
     let mut s = format!(
         "party_id = {party}\ndata_dir = \"data/party{party}\"\n\n\
          [listen]\norb = \"127.0.0.1:{}\"\npeer = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:{}\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"party{party}/tls.pem\"\nkey = \"party{party}/tls.key.pem\"\n\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"party{party}/tls.pem\"\nkey = \"party{party}/tls.key.pem\"\n\
+         gateways = [\"gateway0/tls.pem\", \"gateway1/tls.pem\"]\n\
+         results_consumers = [\"results-consumer/tls.pem\"]\n\n\
          [keys]\nhpke_secret = \"party{party}/hpke.key\"\n\
          result_signing = \"party{party}/result-signing.key\"\norb_allow_list = \"orb-allow-list.txt\"\n\
          node_public_keys = \"node-public-keys.bin\"\n",

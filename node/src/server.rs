@@ -93,10 +93,14 @@ pub async fn run(
     let mut orb_stop = stop_rx.clone();
     let orb_server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(
+            .add_service(tonic::service::interceptor::InterceptedService::new(
                 OrbServiceServer::new(orb_api.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE),
-            )
-            .add_service(HealthServer::new(orb_api))
+                orb::Authenticate(tls.orb_clients.clone()),
+            ))
+            .add_service(tonic::service::interceptor::InterceptedService::new(
+                HealthServer::new(orb_api),
+                orb::Authenticate(tls.orb_clients.clone()),
+            ))
             .serve_with_incoming_shutdown(orb_incoming, async move {
                 let _ = orb_stop.wait_for(|s| *s).await;
             }),

@@ -11,15 +11,21 @@ use std::time::Duration;
 use cluster::{Cluster, Res};
 use ocelli_node::batch::{DangerEnrolEverythingForTests, NotEvaluated};
 use ocelli_node::client::agree;
+use ocelli_node::client::OrbClient;
 use ocelli_node::config::{
     max_pass_comparisons_allowed, ConfigError, NodeConfig, PEER_MESSAGE_CAP,
 };
 use ocelli_node::keys::{keygen, sample_config, KeygenOptions};
 use ocelli_node::tls::NodeTls;
+use prost::Message;
 use sdk_orb::envelope::EnvelopeView;
 use sdk_orb::EnvelopeError;
 use shared_proto::v1::peer_service_client::PeerServiceClient;
-use shared_proto::v1::{GetResultRequest, SignedResult};
+use shared_proto::v1::{
+    GetResultRequest, HealthCheckRequest, NodeResult, SignedResult, StreamResultsRequest,
+    SubmitRequest,
+};
+use tokio_stream::StreamExt;
 
 /// Finding 5: the pass size the docs recommended (16,777,216) is refused when the config is
 /// validated, with the largest allowed value in the error; at the largest allowed value the
@@ -233,5 +239,199 @@ fn keygen_force_makes_existing_key_files_private() -> Res {
     keygen(&opts)?;
     let mode = std::fs::metadata(&key)?.permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "{mode:o}");
+    Ok(())
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> Res<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+/// Submits `env` to the three nodes as `client` (one per node).
+async fn submit_via(clients: &[OrbClient], env: &[u8]) -> Res {
+    for c in clients {
+        c.orb
+            .clone()
+            .submit(SubmitRequest {
+                envelope: env.to_vec(),
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+fn code<T>(r: Result<T, tonic::Status>) -> tonic::Code {
+    match r {
+        Ok(_) => tonic::Code::Ok,
+        Err(s) => s.code(),
+    }
+}
+
+/// Finding 1: a caller holding only the CA certificate gets UNAUTHENTICATED and no data from
+/// every call of the orb API (submit, result, stream, health); one presenting a CA-signed
+/// certificate that is not a configured orb client (a node's) does not get past the
+/// handshake; the enrolled count is on the metrics port, not in Health.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stranger_reads_nothing() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let env = c.envelope();
+    let id = id_of(&env)?;
+    for r in c.submit_all(&env).await {
+        r?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    for i in 0..3 {
+        let mut s = c.stranger(i);
+        let submitted = s
+            .orb
+            .submit(SubmitRequest {
+                envelope: c.envelope(),
+            })
+            .await;
+        assert_eq!(code(submitted), tonic::Code::Unauthenticated, "node {i}");
+        let got = s
+            .orb
+            .get_result(GetResultRequest {
+                request_id: id.to_vec(),
+            })
+            .await;
+        assert_eq!(code(got), tonic::Code::Unauthenticated, "node {i}");
+        let unknown = s
+            .orb
+            .get_result(GetResultRequest {
+                request_id: vec![9; 16],
+            })
+            .await;
+        assert_eq!(code(unknown), tonic::Code::Unauthenticated, "node {i}");
+        let streamed = s.orb.stream_results(StreamResultsRequest::default()).await;
+        match streamed {
+            Err(e) => assert_eq!(e.code(), tonic::Code::Unauthenticated, "node {i}"),
+            Ok(mut stream) => {
+                let first = stream.get_mut().next().await;
+                return Err(format!("node {i} streamed to a stranger: {first:?}").into());
+            }
+        }
+        let health = s.health.check(HealthCheckRequest {}).await;
+        assert_eq!(code(health), tonic::Code::Unauthenticated, "node {i}");
+
+        // A node's own certificate is CA-signed but no orb client's: refused in the handshake.
+        let party = c.keys.dir.join(format!("party{}", (i + 1) % 3));
+        let mut node_cert = c.client_as(i, &party);
+        let r = node_cert
+            .health
+            .check(HealthCheckRequest {})
+            .await
+            .err()
+            .ok_or(format!("node {i} answered a node certificate"))?;
+        assert_ne!(r.code(), tonic::Code::Ok);
+
+        // Health for a gateway: no enrolled count; that is the operator metric.
+        let h = c.client(i).health.check(HealthCheckRequest {}).await?;
+        assert!(h.into_inner().ready);
+        let metrics = http_get(c.configs[i].listen.metrics, "/metrics").await?;
+        assert!(
+            metrics.contains(&format!("ocelli_store_enrolled{{party=\"{i}\"}} 1")),
+            "node {i}: {metrics}"
+        );
+    }
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 1: a gateway reads the results of the requests it submitted, and nothing of
+/// another gateway's (NOT_FOUND, as for an unknown id, pending or final), nor the stream of
+/// every result; the results consumer reads and streams every result but submits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_reads_only_its_own_results() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let g0: Vec<OrbClient> = (0..3).map(|i| c.client_as(i, &c.keys.gateway(0))).collect();
+    let g1: Vec<OrbClient> = (0..3).map(|i| c.client_as(i, &c.keys.gateway(1))).collect();
+    let rc: Vec<OrbClient> = (0..3)
+        .map(|i| c.client_as(i, &c.keys.results_consumer()))
+        .collect();
+    let (a, b) = (c.envelope(), c.envelope());
+    let (ia, ib) = (id_of(&a)?, id_of(&b)?);
+    submit_via(&g0, &a).await?;
+    submit_via(&g1, &b).await?;
+    let refused = rc[0]
+        .orb
+        .clone()
+        .submit(SubmitRequest {
+            envelope: c.envelope(),
+        })
+        .await;
+    assert_eq!(code(refused), tonic::Code::PermissionDenied);
+    c.wait_drained(Duration::from_secs(20)).await?;
+    let get = |client: &OrbClient, id: [u8; 16]| {
+        let mut o = client.orb.clone();
+        async move {
+            o.get_result(GetResultRequest {
+                request_id: id.to_vec(),
+            })
+            .await
+        }
+    };
+    for i in 0..3 {
+        assert_eq!(code(get(&g0[i], ia).await), tonic::Code::Ok, "node {i}");
+        assert_eq!(code(get(&g1[i], ib).await), tonic::Code::Ok, "node {i}");
+        assert_eq!(
+            code(get(&g0[i], ib).await),
+            tonic::Code::NotFound,
+            "node {i}"
+        );
+        assert_eq!(
+            code(get(&g1[i], ia).await),
+            tonic::Code::NotFound,
+            "node {i}"
+        );
+        assert_eq!(code(get(&rc[i], ia).await), tonic::Code::Ok, "node {i}");
+        assert_eq!(code(get(&rc[i], ib).await), tonic::Code::Ok, "node {i}");
+        let other = g0[i]
+            .orb
+            .clone()
+            .stream_results(StreamResultsRequest {
+                request_ids: vec![ib.to_vec()],
+            })
+            .await;
+        assert_eq!(code(other), tonic::Code::NotFound, "node {i}");
+        let all = g0[i]
+            .orb
+            .clone()
+            .stream_results(StreamResultsRequest::default())
+            .await;
+        assert_eq!(code(all), tonic::Code::PermissionDenied, "node {i}");
+        let mut own = g0[i]
+            .orb
+            .clone()
+            .stream_results(StreamResultsRequest {
+                request_ids: vec![ia.to_vec()],
+            })
+            .await?
+            .into_inner();
+        let r = own.next().await.ok_or("no result")??;
+        assert_eq!(NodeResult::decode(r.result.as_slice())?.request_id, ia);
+    }
+    // The results consumer streams every new result, whoever submitted it.
+    let mut stream = rc[1]
+        .orb
+        .clone()
+        .stream_results(StreamResultsRequest::default())
+        .await?
+        .into_inner();
+    let d = c.envelope();
+    submit_via(&g1, &d).await?;
+    let r = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await?
+        .ok_or("stream ended")??;
+    assert_eq!(
+        NodeResult::decode(r.result.as_slice())?.request_id,
+        id_of(&d)?
+    );
+    c.stop_all().await?;
     Ok(())
 }

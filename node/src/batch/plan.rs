@@ -320,6 +320,7 @@ fn placeholder_record(digest: &[u8]) -> RequestRecord {
         serial_id: 0,
         or_policy: false,
         batch_id: 0,
+        submitter: Vec::new(),
     }
 }
 
