@@ -84,6 +84,10 @@ pub struct TlsConfig {
 pub struct KeysConfig {
     /// X25519 HPKE secret key (hex).
     pub hpke_secret: PathBuf,
+    /// The HPKE secret key before a rotation (hex), kept until no envelope sealed to it is
+    /// pending: it opens those, never new submissions.
+    #[serde(default)]
+    pub hpke_previous_secret: Option<PathBuf>,
     /// Ed25519 result-signing key (hex).
     pub result_signing: PathBuf,
     /// File with one allowed orb Ed25519 verifying key (hex) per line.
@@ -373,6 +377,9 @@ impl NodeConfig {
             fix(p);
         }
         fix(&mut self.keys.hpke_secret);
+        if let Some(p) = &mut self.keys.hpke_previous_secret {
+            fix(p);
+        }
         fix(&mut self.keys.result_signing);
         fix(&mut self.keys.orb_allow_list);
         if let Some(p) = &mut self.keys.node_public_keys {

@@ -107,7 +107,10 @@ impl NodeState {
         let hpke = keys::read_key32(&config.keys.hpke_secret)?;
         let sign = keys::read_key32(&config.keys.result_signing)?;
         let orbs = keys::read_allow_list(&config.keys.orb_allow_list)?;
-        let intake = IntakePolicy::new(party, &hpke, orbs, &config.intake)?;
+        let mut intake = IntakePolicy::new(party, &hpke, orbs, &config.intake)?;
+        if let Some(previous) = &config.keys.hpke_previous_secret {
+            intake = intake.with_previous_key(&*keys::read_key32(previous)?)?;
+        }
         let signer = ResultSigner::from_seed(&sign, party);
         let metrics = Metrics::new(party);
 

@@ -16,14 +16,16 @@ use ocelli_node::config::{
     max_pass_comparisons_allowed, ConfigError, NodeConfig, PEER_MESSAGE_CAP,
 };
 use ocelli_node::keys::{keygen, sample_config, KeygenOptions};
+use ocelli_node::node::now_ms;
 use ocelli_node::tls::NodeTls;
 use prost::Message;
 use sdk_orb::envelope::EnvelopeView;
-use sdk_orb::EnvelopeError;
+use sdk_orb::keys::{NodePublicKeys, NodeSecretKey};
+use sdk_orb::{EnvelopeError, RequestType};
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
-    GetResultRequest, HealthCheckRequest, NodeResult, SignedResult, StreamResultsRequest,
-    SubmitRequest,
+    GetResultRequest, HealthCheckRequest, NodeResult, ResultStatus, SignedResult,
+    StreamResultsRequest, SubmitRequest,
 };
 use tokio_stream::StreamExt;
 
@@ -431,6 +433,134 @@ async fn gateway_reads_only_its_own_results() -> Res {
     assert_eq!(
         NodeResult::decode(r.result.as_slice())?.request_id,
         id_of(&d)?
+    );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Sets party 0's batch interval (an hour: no batch runs; or fast) and restarts it.
+async fn party0_batches(c: &mut Cluster, run: bool) -> Res {
+    c.configs[0].batch.interval_ms = if run { 20 } else { 3_600_000 };
+    c.restart_node(0).await
+}
+
+/// Rotates `party`'s HPKE key (keeping the old one as `hpke_previous_secret` if `keep`),
+/// restarts it, and returns the key bundle orbs seal to from now on.
+async fn rotate_hpke(c: &mut Cluster, party: usize, keep: bool) -> Res<NodePublicKeys> {
+    let new = NodeSecretKey::generate(&mut c.rng);
+    let path = c.dir.path().join(format!("hpke-rotated-{party}.key"));
+    std::fs::write(&path, hex::encode(*new.to_bytes()))?;
+    let old = std::mem::replace(&mut c.configs[party].keys.hpke_secret, path);
+    c.configs[party].keys.hpke_previous_secret = keep.then_some(old);
+    c.restart_node(party).await?;
+    let mut bundle = c.node_keys.to_bytes();
+    bundle[32 * party..32 * (party + 1)].copy_from_slice(&new.public_key().to_bytes());
+    Ok(NodePublicKeys::from_bytes(&bundle).map_err(|_| "bundle")?)
+}
+
+/// Status of the agreed result of `id` (three identical, validly signed results).
+async fn agreed_status(c: &Cluster, id: &[u8; 16]) -> Res<ResultStatus> {
+    let keys = [0, 1, 2].map(|i| c.state(i).result_verifying_key());
+    let r = agree(&results_of(c, id).await?, &keys, id)?;
+    Ok(ResultStatus::try_from(r.status)?)
+}
+
+/// Enrols one person (serial 1) and leaves party 0 not batching, with a deletion of serial 1
+/// and a uniqueness request pending on all three nodes. Returns their ids.
+async fn pending_deletion_and_enrolment(c: &mut Cluster) -> Res<([u8; 16], [u8; 16])> {
+    let first = c.envelope();
+    for r in c.submit_all(&first).await {
+        r?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(
+        agreed_status(c, &id_of(&first)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    party0_batches(c, false).await?;
+    let meta = c.meta(RequestType::Deletion, 1, now_ms());
+    let deletion = c.seal(&meta);
+    let enrol = c.envelope();
+    for env in [&deletion, &enrol] {
+        for r in c.submit_all(env).await {
+            r?;
+        }
+    }
+    assert!((0..3).all(|i| c.state(i).pending_len() == 2));
+    Ok((id_of(&deletion)?, id_of(&enrol)?))
+}
+
+/// Finding 4: a node that cannot open pending payloads (its HPKE key was rotated without
+/// keeping the old one) votes so; the requests (a deletion and an enrolment) get the same
+/// signed UNOPENABLE result on all three nodes, nothing is deleted or enrolled anywhere, the
+/// stores stay identical, and the next batch runs normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecryptable_request_fails_identically() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let (deletion, enrol) = pending_deletion_and_enrolment(&mut c).await?;
+    let keys = rotate_hpke(&mut c, 2, false).await?;
+    party0_batches(&mut c, true).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    for id in [deletion, enrol] {
+        assert_eq!(agreed_status(&c, &id).await?, ResultStatus::Unopenable);
+    }
+    let s = c.summaries();
+    assert_eq!(s[0].serials, vec![1], "the deletion changed nothing");
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    // Sealed to the new key, the next request is evaluated on all three.
+    c.node_keys = keys;
+    let next = c.envelope();
+    for r in c.submit_all(&next).await {
+        r?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&next)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 4: the documented HPKE rotation with envelopes pending: the node keeps the old key
+/// as `keys.hpke_previous_secret`, so the pending deletion and enrolment run as usual on all
+/// three nodes; a new envelope sealed to the old key is refused (`decryption_failed`), one
+/// sealed to the new key is accepted and evaluated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_rotation_with_pending_envelopes() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let (deletion, enrol) = pending_deletion_and_enrolment(&mut c).await?;
+    let keys = rotate_hpke(&mut c, 2, true).await?;
+    party0_batches(&mut c, true).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(agreed_status(&c, &deletion).await?, ResultStatus::Deleted);
+    assert_eq!(
+        agreed_status(&c, &enrol).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    let s = c.summaries();
+    assert_eq!(s[0].serials, vec![2]);
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    let stale = c.envelope();
+    let refused = c
+        .submit_all(&stale)
+        .await
+        .remove(2)
+        .err()
+        .ok_or("stale key accepted")?;
+    assert_eq!(cluster::reason(&refused), "decryption_failed");
+    c.node_keys = keys;
+    let fresh = c.envelope();
+    for r in c.submit_all(&fresh).await {
+        r?;
+    }
+    // The stale envelope is held by nodes 0 and 1 only: it times out; the fresh one enrols.
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&fresh)?).await?,
+        ResultStatus::UniqueEnrolled
     );
     c.stop_all().await?;
     Ok(())

@@ -358,6 +358,7 @@ pub fn status_label(status: i32) -> &'static str {
         Ok(ResultStatus::TimedOut) => "timed_out",
         Ok(ResultStatus::UnknownSerialId) => "unknown_serial_id",
         Ok(ResultStatus::DigestMismatch) => "digest_mismatch",
+        Ok(ResultStatus::Unopenable) => "unopenable",
         _ => "unspecified",
     }
 }

@@ -218,15 +218,29 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         timed_out: Vec::new(),
         next_serial_id: meta.next_serial,
         digest_mismatch: Vec::new(),
+        unopenable: Vec::new(),
         // A fresh name per attempt, so no link of a failed attempt is reused.
         mpc_session: rand::random(),
         outcomes_recorded: false,
         outcomes: Vec::new(),
     };
-    tally(&candidates, &votes, cutoff, &mut commit);
+    // Party 0 votes too: a request it cannot open cannot be evaluated either.
+    let unopenable_here: std::collections::HashSet<RequestId> = candidates
+        .iter()
+        .filter(|c| !opens(state, &c.id))
+        .map(|c| c.id)
+        .collect();
+    tally(
+        &candidates,
+        &votes,
+        cutoff,
+        |id| !unopenable_here.contains(id),
+        &mut commit,
+    );
     if commit.request_ids.is_empty()
         && commit.timed_out.is_empty()
         && commit.digest_mismatch.is_empty()
+        && commit.unopenable.is_empty()
     {
         abort(peers, batch_id, timeout).await;
         return Ok(Round::NothingAgreed);
@@ -411,15 +425,26 @@ pub fn catching_up(last_applied: u64, votes: &BTreeMap<u8, BatchVote>) -> Catchi
     }
 }
 
+/// Whether this node can open its payload of the stored request `id`.
+fn opens(state: &NodeState, id: &RequestId) -> bool {
+    match state.store.envelope(id) {
+        Ok(Some(env)) => state.intake.reopen(&env).is_ok(),
+        _ => false,
+    }
+}
+
 /// Sorts the proposed `candidates` into `commit` by the peers' votes (one
 /// vote per candidate, in order; an absent or unknown vote counts as
-/// missing): run when every peer accepted; recorded as a digest mismatch
-/// when a peer holds another envelope; timed out when received before
-/// `cutoff_ms` or already final at a peer. The rest stay pending.
+/// missing) and by whether party 0 opens them (`opens_here`): run when every
+/// peer accepted and party 0 opens it; recorded as a digest mismatch when a
+/// peer holds another envelope; as unopenable when a node cannot open its
+/// payload (no three-party evaluation is possible); timed out when received
+/// before `cutoff_ms` or already final at a peer. The rest stay pending.
 pub fn tally(
     candidates: &[Candidate],
     votes: &BTreeMap<u8, BatchVote>,
     cutoff_ms: u64,
+    opens_here: impl Fn(&RequestId) -> bool,
     commit: &mut BatchCommit,
 ) {
     for (i, c) in candidates.iter().enumerate() {
@@ -436,10 +461,13 @@ pub fn tally(
             request_id: c.id.0.to_vec(),
             envelope_digest: c.digest.0.to_vec(),
         };
-        if vs.iter().all(|v| *v == Vote::Accept) {
+        let opens = opens_here(&c.id);
+        if opens && vs.iter().all(|v| *v == Vote::Accept) {
             commit.request_ids.push(c.id.0.to_vec());
         } else if vs.contains(&Vote::DigestMismatch) {
             commit.digest_mismatch.push(item());
+        } else if !opens || vs.contains(&Vote::Unopenable) {
+            commit.unopenable.push(item());
         } else if c.received_ms < cutoff_ms || vs.contains(&Vote::AlreadyFinal) {
             commit.timed_out.push(item());
         }
@@ -455,18 +483,22 @@ pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, St
         meta.last_applied_batch,
         proposal,
         |id| matches!(state.store.request(id), Ok(Some(r)) if r.state() == Some(RequestState::Final)),
+        |id| opens(state, id),
     ))
 }
 
 /// Votes on a proposal against this node's pending `queue`, reserving the
 /// accepted requests for it. A node whose last applied batch is not the one
 /// before the proposal's votes "missing" on everything. `is_final` says
-/// whether the request log holds a request as final.
+/// whether the request log holds a request as final; `opens` whether this
+/// node can open its payload of a held request (one it cannot is voted
+/// unopenable and not reserved).
 pub fn vote_on(
     queue: &mut PendingQueue,
     last_applied: u64,
     proposal: &BatchProposal,
     is_final: impl Fn(&RequestId) -> bool,
+    opens: impl Fn(&RequestId) -> bool,
 ) -> BatchVote {
     let behind = proposal.batch_id != last_applied + 1;
     queue.release_all_but(Some(proposal.batch_id));
@@ -476,6 +508,7 @@ pub fn vote_on(
         let want = digest_of(&item.envelope_digest);
         let v = match (id, want) {
             (Some(id), Some(want)) if !behind => match queue.digest(&id) {
+                Some(d) if d == want && !opens(&id) => Vote::Unopenable,
                 Some(d) if d == want => {
                     queue.reserve(&id, proposal.batch_id);
                     Vote::Accept

@@ -63,6 +63,7 @@ pub(crate) fn check_commit(commit: &BatchCommit, meta: &Meta) -> Result<(), Appl
         .timed_out
         .iter()
         .chain(&commit.digest_mismatch)
+        .chain(&commit.unopenable)
         .filter_map(|item| RequestId::from_slice(&item.request_id));
     let mut named = HashSet::new();
     for id in committed_ids(commit).chain(listed) {
@@ -264,6 +265,19 @@ pub(crate) fn plan(
                 ResultStatus::DigestMismatch,
                 batch_id,
                 "the nodes received different envelopes under this request id",
+            );
+            results.push((id, placeholder_record(&item.envelope_digest), r));
+        }
+    }
+
+    for item in &commit.unopenable {
+        if let Some(id) = RequestId::from_slice(&item.request_id) {
+            let r = result(
+                &id,
+                &item.envelope_digest,
+                ResultStatus::Unopenable,
+                batch_id,
+                "a node could not open its payload; nothing was evaluated or changed",
             );
             results.push((id, placeholder_record(&item.envelope_digest), r));
         }
