@@ -62,6 +62,10 @@ pub struct NodeState {
     pub(crate) signer: ResultSigner,
     pub(crate) metrics: Metrics,
     pub(crate) evaluator: Arc<dyn BatchEvaluator>,
+    /// Pending requests whose payload this node could not open when it started (sealed to
+    /// an HPKE key it no longer holds). Fixed after start: every envelope accepted later was
+    /// opened at intake, and the keys change only with a restart.
+    pub(crate) unopenable: std::collections::HashSet<crate::ids::RequestId>,
     queue: Mutex<PendingQueue>,
     shares: RwLock<ShareDb>,
     pub(crate) results_tx: broadcast::Sender<Arc<SignedResult>>,
@@ -117,10 +121,18 @@ impl NodeState {
         let shares = load_shares(store.as_ref(), &metrics)?;
         evaluator.prepare(&shares)?;
         let mut queue = PendingQueue::default();
+        let mut unopenable = std::collections::HashSet::new();
         let pending = store.pending_requests()?;
         for (id, rec) in &pending {
             if let Some(d) = EnvelopeDigest::from_slice(&rec.digest) {
                 queue.push(*id, d, rec.received_ms);
+            }
+            let opens = store
+                .envelope(id)?
+                .is_some_and(|env| intake.reopen(&env).is_ok());
+            if !opens {
+                tracing::warn!(request_id = %id, "pending request no longer opens here (HPKE key rotated?); it will fail on all three nodes");
+                unopenable.insert(*id);
             }
         }
         if !pending.is_empty() {
@@ -151,6 +163,7 @@ impl NodeState {
             signer,
             metrics,
             evaluator,
+            unopenable,
             queue: Mutex::new(queue),
             shares: RwLock::new(shares),
             results_tx,

@@ -425,12 +425,10 @@ pub fn catching_up(last_applied: u64, votes: &BTreeMap<u8, BatchVote>) -> Catchi
     }
 }
 
-/// Whether this node can open its payload of the stored request `id`.
+/// Whether this node can open its payload of the held request `id` (checked once, at
+/// intake or when the node started: decrypting at every vote would slow every round).
 fn opens(state: &NodeState, id: &RequestId) -> bool {
-    match state.store.envelope(id) {
-        Ok(Some(env)) => state.intake.reopen(&env).is_ok(),
-        _ => false,
-    }
+    !state.unopenable.contains(id)
 }
 
 /// Sorts the proposed `candidates` into `commit` by the peers' votes (one
