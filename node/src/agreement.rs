@@ -5,4 +5,4 @@ mod apply;
 pub mod coordinator;
 
 pub(crate) use self::apply::digest_of;
-pub use self::apply::{apply_commit, status_label, sweep_expired};
+pub use self::apply::{apply_commit, status_label};

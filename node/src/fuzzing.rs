@@ -314,6 +314,7 @@ fn vote(v: BatchVote) {
         batch_id: v.batch_id,
         votes: vec![Vote::Accept as i32; candidates.len()],
         last_applied_batch_id: peer_fixture::LAST_APPLIED_BATCH,
+        expired: Vec::new(),
     };
     let votes = BTreeMap::from([(1u8, v), (2u8, accept_all)]);
     match catching_up(peer_fixture::LAST_APPLIED_BATCH, &votes) {

@@ -132,23 +132,10 @@ pub async fn run(
 
     let peers = Peers::connect(&state.config, &tls)?;
     let _ = state.peers.set(peers.clone());
-    let batch_task = if party == 0 {
-        tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone()))
-    } else {
-        let st = state.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.wait_for(|s| *s) => break,
-                }
-                if let Err(e) = crate::agreement::sweep_expired(&st).await {
-                    tracing::warn!(error = %e, "timeout sweep failed");
-                }
-            }
-        })
-    };
+    // Only party 0 runs batches. Parties 1 and 2 decide nothing on their own, time-outs
+    // included: a request is final only through a committed batch, so the three agree.
+    let batch_task =
+        (party == 0).then(|| tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone())));
 
     state.set_ready(true);
     tracing::info!(
@@ -164,7 +151,9 @@ pub async fn run(
     tracing::info!(party, "shutting down: refusing new submissions");
     state.set_draining();
     let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(20), batch_task).await;
+    if let Some(batch_task) = batch_task {
+        let _ = tokio::time::timeout(Duration::from_secs(20), batch_task).await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(10), orb_server).await;
     // Peers may still be committing to us while we drain; stop last.
     state.links.close_all();

@@ -5,11 +5,15 @@
 #[path = "support/cluster.rs"]
 mod cluster;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::{Cluster, Res};
-use ocelli_node::batch::{DangerEnrolEverythingForTests, NotEvaluated};
+use ocelli_node::batch::{
+    BatchEvaluator, DangerEnrolEverythingForTests, EvalContext, EvalError, EvalRequest,
+    NotEvaluated, Outcome,
+};
 use ocelli_node::client::agree;
 use ocelli_node::client::OrbClient;
 use ocelli_node::config::{
@@ -17,6 +21,7 @@ use ocelli_node::config::{
 };
 use ocelli_node::keys::{keygen, sample_config, KeygenOptions};
 use ocelli_node::node::now_ms;
+use ocelli_node::shares::ShareDb;
 use ocelli_node::tls::NodeTls;
 use prost::Message;
 use sdk_orb::envelope::EnvelopeView;
@@ -84,12 +89,13 @@ async fn largest_pass_fits_messages() -> Res {
     Ok(())
 }
 
-/// Three results of `id`, fetched from the three nodes.
+/// Three results of `id`, fetched from the three nodes by the results consumer (a gateway
+/// reads a node's result only where it submitted the request).
 async fn results_of(c: &Cluster, id: &[u8; 16]) -> Res<Vec<SignedResult>> {
     let mut out = Vec::new();
     for i in 0..3 {
         let r = c
-            .client(i)
+            .client_as(i, &c.keys.results_consumer())
             .orb
             .get_result(GetResultRequest {
                 request_id: id.to_vec(),
@@ -562,6 +568,164 @@ async fn key_rotation_with_pending_envelopes() -> Res {
         agreed_status(&c, &id_of(&fresh)?).await?,
         ResultStatus::UniqueEnrolled
     );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Enrols every uniqueness request like [`DangerEnrolEverythingForTests`], taking `delay_ms`
+/// per batch while `slow` is set: a batch longer than the request timeout.
+#[derive(Debug, Default)]
+struct SlowForTests {
+    slow: AtomicBool,
+    delay_ms: u64,
+}
+
+impl BatchEvaluator for SlowForTests {
+    fn name(&self) -> &'static str {
+        "slow-for-tests"
+    }
+    fn evaluate(
+        &self,
+        ctx: &EvalContext<'_>,
+        requests: &[EvalRequest],
+        db: &ShareDb,
+    ) -> Result<Vec<Outcome>, EvalError> {
+        if self.slow.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(self.delay_ms));
+        }
+        DangerEnrolEverythingForTests.evaluate(ctx, requests, db)
+    }
+}
+
+/// Fails every evaluation: a node that went down after the MPC, before its write, is left
+/// exactly so (nothing of the batch stored, its requests still pending).
+#[derive(Debug)]
+struct FailsForTests;
+
+impl BatchEvaluator for FailsForTests {
+    fn name(&self) -> &'static str {
+        "fails-for-tests"
+    }
+    fn evaluate(
+        &self,
+        _: &EvalContext<'_>,
+        _: &[EvalRequest],
+        _: &ShareDb,
+    ) -> Result<Vec<Outcome>, EvalError> {
+        Err(EvalError::NotServing)
+    }
+}
+
+async fn submit_everywhere(c: &Cluster, env: &[u8]) -> Res {
+    for r in c.submit_all(env).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// Finding 3: a batch that takes longer than twice the request timeout, with a request
+/// arriving meanwhile: no node times that request out on its own; all three answer it
+/// identically (enrolled in the next batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_batch_does_not_split_results() -> Res {
+    let ev = Arc::new(SlowForTests {
+        slow: AtomicBool::new(true),
+        delay_ms: 4_000,
+    });
+    let mut c = Cluster::start_with(ev.clone(), &|c| c.batch.request_timeout_ms = 1_000).await?;
+    let first = c.envelope();
+    submit_everywhere(&c, &first).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = c.envelope();
+    submit_everywhere(&c, &during).await?;
+    ev.slow.store(false, Ordering::SeqCst);
+    c.wait_drained(Duration::from_secs(30)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&first)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&during)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    let s = c.summaries();
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 3: a request party 0 never received is timed out by a committed batch, with the
+/// same result on all three nodes (the nodes holding it report it in their votes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_party0_lacks_times_out_in_a_batch() -> Res {
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.batch.request_timeout_ms = 2_000
+    })
+    .await?;
+    let lacking = c.envelope();
+    for i in [1, 2] {
+        c.client(i)
+            .orb
+            .submit(SubmitRequest {
+                envelope: lacking.clone(),
+            })
+            .await?;
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // A batch runs only when party 0 has something to propose.
+    let other = c.envelope();
+    submit_everywhere(&c, &other).await?;
+    c.wait_drained(Duration::from_secs(30)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&lacking)?).await?,
+        ResultStatus::TimedOut
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&other)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 3: party 2 goes down after the MPC of a batch the two others stored, and comes
+/// back later than twice the request timeout: it times nothing out on its own, gets the batch
+/// replayed, and all three answer both that request and the next one identically.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_after_mpc_catches_up() -> Res {
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.batch.request_timeout_ms = 2_000
+    })
+    .await?;
+    let good = std::mem::replace(&mut c.evaluator, Arc::new(FailsForTests));
+    c.restart_node(2).await?;
+    c.evaluator = good;
+    let missed = c.envelope();
+    submit_everywhere(&c, &missed).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while c.state(0).store().meta()?.last_applied_batch < 1 {
+        assert!(std::time::Instant::now() < deadline, "no batch");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(c.state(2).store().meta()?.last_applied_batch, 0);
+    c.restart_node(2).await?;
+    // Longer than the 2 x request_timeout after which party 2 used to time it out alone.
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let next = c.envelope();
+    submit_everywhere(&c, &next).await?;
+    c.wait_drained(Duration::from_secs(30)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&missed)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&next)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    let s = c.summaries();
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
     c.stop_all().await?;
     Ok(())
 }

@@ -8,12 +8,11 @@ use sha2::{Digest, Sha256};
 use shared_proto::v1::{BatchCommit, NodeResult, ResultStatus, SignedResult};
 
 use crate::batch::plan::{
-    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, result,
-    Planned,
+    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, Planned,
 };
 use crate::batch::{ApplyError, EvalContext, EvalError, EvalRequest, Outcome};
 use crate::ids::{EnvelopeDigest, RequestId, SerialId};
-use crate::node::{now_ms, NodeState};
+use crate::node::NodeState;
 use crate::store::{BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite};
 
 /// Applies a committed batch on this node: evaluates, assigns serial ids,
@@ -301,47 +300,6 @@ pub(crate) fn finish_in_memory(
     for (_, s) in signed {
         let _ = state.results_tx.send(Arc::new(s));
     }
-}
-
-/// Finalises, on this node alone, pending requests that no batch took
-/// within `2 x request_timeout` (parties 1 and 2; party 0 times requests
-/// out through its batches).
-///
-/// # Errors
-/// Storage failure.
-pub async fn sweep_expired(state: &Arc<NodeState>) -> Result<usize, ApplyError> {
-    let guard = state.apply_lock.clone().lock_owned().await;
-    let st = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let _guard = guard;
-        let timeout = st.config.batch.request_timeout_ms.saturating_mul(2);
-        let cutoff = now_ms().saturating_sub(timeout);
-        let expired = st.queue().expired(cutoff);
-        if expired.is_empty() {
-            return Ok(0);
-        }
-        let meta = st.store.meta()?;
-        let mut finals = Finals::default();
-        for c in &expired {
-            let Some(record) = st.store.request(&c.id)? else {
-                continue;
-            };
-            let r = result(
-                &c.id,
-                &c.digest.0,
-                ResultStatus::TimedOut,
-                0,
-                "timed out: never proposed in a batch",
-            );
-            finals.sign(&st, c.id, record, &r, None);
-        }
-        let n = finals.writes.len();
-        write(&st, None, finals, Vec::new(), meta.next_serial)?;
-        tracing::info!(count = n, "pending requests timed out locally");
-        Ok(n)
-    })
-    .await
-    .map_err(|_| ApplyError::Join)?
 }
 
 /// The metrics label of a result status.

@@ -237,6 +237,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         |id| !unopenable_here.contains(id),
         &mut commit,
     );
+    expired_at_peers(state, &votes, &mut commit)?;
     if commit.request_ids.is_empty()
         && commit.timed_out.is_empty()
         && commit.digest_mismatch.is_empty()
@@ -288,6 +289,43 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         .with_label_values(&["committed"])
         .inc();
     Ok(Round::Committed { batch_id, size })
+}
+
+/// Adds to `commit.timed_out` the requests a peer reports expired that this node never
+/// received (nothing in its request log): no batch would ever propose them otherwise. One it
+/// holds is proposed from its own queue and timed out by [`tally`] if need be.
+fn expired_at_peers(
+    state: &NodeState,
+    votes: &BTreeMap<u8, BatchVote>,
+    commit: &mut BatchCommit,
+) -> Result<(), StoreError> {
+    let mut named: std::collections::HashSet<Vec<u8>> = commit
+        .request_ids
+        .iter()
+        .cloned()
+        .chain(
+            commit
+                .timed_out
+                .iter()
+                .chain(&commit.digest_mismatch)
+                .chain(&commit.unopenable)
+                .map(|i| i.request_id.clone()),
+        )
+        .collect();
+    for item in votes.values().flat_map(|v| &v.expired) {
+        let Some(id) = RequestId::from_slice(&item.request_id) else {
+            continue;
+        };
+        if digest_of(&item.envelope_digest).is_none() || named.contains(&item.request_id) {
+            continue;
+        }
+        if state.store.request(&id)?.is_some() {
+            continue;
+        }
+        named.insert(item.request_id.clone());
+        commit.timed_out.push(item.clone());
+    }
+    Ok(())
 }
 
 async fn send_commit(
@@ -483,6 +521,27 @@ pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, St
         |id| matches!(state.store.request(id), Ok(Some(r)) if r.state() == Some(RequestState::Final)),
         |id| opens(state, id),
     ))
+    .map(|mut v| {
+        // What only a peer holds: party 0 never proposes it, so it must hear of it to time
+        // it out for all three (parties 1 and 2 never do so on their own).
+        let proposed: std::collections::HashSet<&[u8]> = proposal
+            .items
+            .iter()
+            .map(|i| i.request_id.as_slice())
+            .collect();
+        let cutoff = now_ms().saturating_sub(state.config.batch.request_timeout_ms);
+        v.expired = q
+            .expired(cutoff)
+            .into_iter()
+            .filter(|c| !proposed.contains(&c.id.0[..]))
+            .take(state.config.batch.max_size)
+            .map(|c| BatchItem {
+                request_id: c.id.0.to_vec(),
+                envelope_digest: c.digest.0.to_vec(),
+            })
+            .collect();
+        v
+    })
 }
 
 /// Votes on a proposal against this node's pending `queue`, reserving the
@@ -525,5 +584,6 @@ pub fn vote_on(
         batch_id: proposal.batch_id,
         votes,
         last_applied_batch_id: last_applied,
+        expired: Vec::new(),
     }
 }
