@@ -630,9 +630,11 @@ async fn submit_everywhere(c: &Cluster, env: &[u8]) -> Res {
 async fn slow_batch_does_not_split_results() -> Res {
     let ev = Arc::new(SlowForTests {
         slow: AtomicBool::new(true),
-        delay_ms: 4_000,
+        // Past 2 x request_timeout_ms, after which parties 1 and 2 used to time a request out
+        // on their own.
+        delay_ms: 6_000,
     });
-    let mut c = Cluster::start_with(ev.clone(), &|c| c.batch.request_timeout_ms = 1_000).await?;
+    let mut c = Cluster::start_with(ev.clone(), &|c| c.batch.request_timeout_ms = 2_000).await?;
     let first = c.envelope();
     submit_everywhere(&c, &first).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
