@@ -153,6 +153,11 @@ pub struct PeerConfig {
     /// Name to verify its certificate against (default: the address's IP).
     #[serde(default)]
     pub server_name: Option<String>,
+    /// Its Ed25519 result verifying key (hex): checks its attestation of a batch before this
+    /// node applies outcomes it did not compute. Without it, no recorded outcome is accepted
+    /// (catch-up and replay are refused).
+    #[serde(default)]
+    pub result_key: Option<PathBuf>,
 }
 
 /// Envelope intake limits.
@@ -387,6 +392,9 @@ impl NodeConfig {
         }
         for p in &mut self.peers {
             fix(&mut p.cert);
+            if let Some(k) = &mut p.result_key {
+                fix(k);
+            }
         }
     }
 

@@ -336,7 +336,8 @@ pub fn sample_config(party: u8, base: u16) -> String {
     );
     for peer in (0u8..3).filter(|&p| p != party) {
         s.push_str(&format!(
-            "\n[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"party{peer}/tls.pem\"\n",
+            "\n[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"party{peer}/tls.pem\"\n\
+             result_key = \"party{peer}/result-verifying.pub\"\n",
             port(10, peer)
         ));
     }
@@ -416,6 +417,18 @@ pub fn result_signing_message(party: u8, result: &[u8]) -> Vec<u8> {
     m
 }
 
+/// Domain separation prefix of batch attestations.
+pub const BATCH_SIGNING_CONTEXT: &[u8] = b"ocelli/v1/batch";
+
+/// The bytes a batch attestation covers.
+pub fn batch_signing_message(party: u8, digest: &[u8; 32]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(BATCH_SIGNING_CONTEXT.len() + 33);
+    m.extend_from_slice(BATCH_SIGNING_CONTEXT);
+    m.push(party);
+    m.extend_from_slice(digest);
+    m
+}
+
 impl ResultSigner {
     /// Wraps a 32-byte Ed25519 seed.
     pub fn from_seed(seed: &[u8; 32], party: u8) -> Self {
@@ -431,6 +444,20 @@ impl ResultSigner {
         self.key
             .sign(&result_signing_message(self.party, result))
             .to_bytes()
+    }
+
+    /// Signs a batch digest (a different domain from results: neither signature can stand
+    /// for the other).
+    pub fn sign_batch(&self, digest: &[u8; 32]) -> [u8; 64] {
+        use ed25519_dalek::Signer;
+        self.key
+            .sign(&batch_signing_message(self.party, digest))
+            .to_bytes()
+    }
+
+    /// This signer's party.
+    pub fn party(&self) -> u8 {
+        self.party
     }
 
     /// The verifying key.

@@ -60,6 +60,9 @@ pub struct NodeState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) intake: IntakePolicy,
     pub(crate) signer: ResultSigner,
+    /// The peers' pinned result verifying keys, by party: what their batch attestations are
+    /// checked against.
+    pub(crate) peer_result_keys: std::collections::HashMap<u8, ed25519_dalek::VerifyingKey>,
     pub(crate) metrics: Metrics,
     pub(crate) evaluator: Arc<dyn BatchEvaluator>,
     /// Pending requests whose payload this node could not open when it started (sealed to
@@ -116,6 +119,17 @@ impl NodeState {
             intake = intake.with_previous_key(&*keys::read_key32(previous)?)?;
         }
         let signer = ResultSigner::from_seed(&sign, party);
+        let mut peer_result_keys = std::collections::HashMap::new();
+        for p in &config.peers {
+            if let Some(path) = &p.result_key {
+                let key = ed25519_dalek::VerifyingKey::from_bytes(&*keys::read_key32(path)?)
+                    .map_err(|_| keys::KeyError::Format {
+                        path: path.clone(),
+                        what: "not an Ed25519 verifying key",
+                    })?;
+                peer_result_keys.insert(p.party_id, key);
+            }
+        }
         let metrics = Metrics::new(party);
 
         let shares = load_shares(store.as_ref(), &metrics)?;
@@ -161,6 +175,7 @@ impl NodeState {
             store,
             intake,
             signer,
+            peer_result_keys,
             metrics,
             evaluator,
             unopenable,

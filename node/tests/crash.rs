@@ -98,9 +98,9 @@ fn write_config(dir: &Path, keys: &Path, party: u8, ports: &[[u16; 3]; 3]) -> Re
     );
     for peer in (0u8..3).filter(|&x| x != party) {
         s.push_str(&format!(
-            "[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"{}/party{peer}/tls.pem\"\n",
+            "[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"{k}/party{peer}/tls.pem\"\nresult_key = \"{k}/party{peer}/result-verifying.pub\"\n",
             ports[peer as usize][1],
-            keys.display()
+            k = keys.display()
         ));
     }
     let path = dir.join(format!("party{party}.toml"));

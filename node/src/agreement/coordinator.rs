@@ -11,7 +11,8 @@ use std::time::Instant;
 use prost::Message;
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
-    BatchAbort, BatchCommit, BatchItem, BatchProposal, BatchVote, FetchBatchRequest, Vote,
+    BatchAbort, BatchCommit, BatchCommitAck, BatchItem, BatchProposal, BatchVote,
+    FetchBatchRequest, Vote,
 };
 use tokio::sync::watch;
 use tonic::transport::Channel;
@@ -223,6 +224,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         mpc_session: rand::random(),
         outcomes_recorded: false,
         outcomes: Vec::new(),
+        signatures: Vec::new(),
     };
     // Party 0 votes too: a request it cannot open cannot be evaluated either.
     let unopenable_here: std::collections::HashSet<RequestId> = candidates
@@ -257,9 +259,30 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
     }));
     let (ours, theirs) = tokio::join!(apply_commit(state, commit.clone()), remote);
     let ours = ours.map_err(|source| RoundError::Apply { batch_id, source })?;
+    let mut attestations = Vec::new();
     for (party, r) in theirs {
         match r {
-            Ok(theirs) if theirs == ours => {}
+            Ok(ack) if ack.results_digest == ours.results_digest => {
+                // Kept for replays: a peer that misses this batch applies it only with the
+                // attestations of both other parties.
+                match ack.signature {
+                    Some(s)
+                        if s.party_id == u32::from(party)
+                            && super::attest::valid_peer_signature(
+                                state,
+                                &s,
+                                &ours.batch_digest,
+                            ) =>
+                    {
+                        attestations.push(s)
+                    }
+                    _ => tracing::error!(
+                        batch_id,
+                        party,
+                        "peer's batch attestation is missing or invalid"
+                    ),
+                }
+            }
             Ok(_) => {
                 tracing::error!(batch_id, party, "peer results differ from ours");
                 state
@@ -277,6 +300,11 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
                     .inc();
             }
         }
+    }
+    if !attestations.is_empty() {
+        super::apply::record_signatures(state, batch_id, attestations)
+            .await
+            .map_err(|source| RoundError::Apply { batch_id, source })?;
     }
     state
         .metrics
@@ -332,10 +360,33 @@ async fn send_commit(
     client: &PeerServiceClient<Channel>,
     commit: &BatchCommit,
     timeout: std::time::Duration,
-) -> Result<Vec<u8>, PeerFailure> {
+) -> Result<BatchCommitAck, PeerFailure> {
     let mut client = client.clone();
     let r = tokio::time::timeout(timeout, client.commit_batch(commit.clone())).await;
-    PeerFailure::of(r).map(|ack| ack.results_digest)
+    PeerFailure::of(r)
+}
+
+/// Batch `batch_id` from `party`'s batch log.
+async fn fetch_from(
+    state: &NodeState,
+    peers: &Peers,
+    party: u8,
+    batch_id: u64,
+) -> Result<BatchCommit, RoundError> {
+    let mut c = peers
+        .client(party)
+        .ok_or(RoundError::UnknownPeer(party))?
+        .clone();
+    let r = tokio::time::timeout(
+        state.config.batch.peer_rpc_timeout(),
+        c.fetch_batch(FetchBatchRequest { batch_id }),
+    )
+    .await;
+    PeerFailure::of(r).map_err(|failure| RoundError::Peer {
+        party,
+        call: "batch fetch",
+        failure,
+    })
 }
 
 async fn abort(peers: &Peers, batch_id: u64, timeout: std::time::Duration) {
@@ -361,8 +412,19 @@ async fn catch_up(
     );
     for id in from..=to {
         let b = state.store.batch(id)?.ok_or(RoundError::MissingBatch(id))?;
-        let commit =
+        let mut commit =
             BatchCommit::decode(b.commit.as_slice()).map_err(|_| RoundError::CorruptBatch(id))?;
+        // The peer applies the recorded outcomes only with the attestations of both other
+        // parties: this node's, and the third's (from its ack, or else from its batch log).
+        let third = 3 - party;
+        if !commit
+            .signatures
+            .iter()
+            .any(|s| s.party_id == u32::from(third))
+        {
+            let theirs = fetch_from(state, peers, third, id).await?;
+            super::attest::merge(&mut commit.signatures, &theirs.signatures);
+        }
         let theirs = send_commit(client, &commit, state.config.batch.commit_timeout())
             .await
             .map_err(|failure| RoundError::Peer {
@@ -370,7 +432,7 @@ async fn catch_up(
                 call: "replayed commit",
                 failure,
             })?;
-        if theirs != b.results_digest {
+        if theirs.results_digest != b.results_digest {
             tracing::error!(batch_id = id, party, "replayed batch: peer results differ");
         }
     }
@@ -386,7 +448,6 @@ async fn fetch_missed(
     from: u64,
     to: u64,
 ) -> Result<(), RoundError> {
-    let client = peers.client(party).ok_or(RoundError::UnknownPeer(party))?;
     tracing::warn!(
         party,
         from,
@@ -394,17 +455,19 @@ async fn fetch_missed(
         "a peer applied batches this node lacks; fetching them"
     );
     for id in from..=to {
-        let mut c = client.clone();
-        let r = tokio::time::timeout(
-            state.config.batch.peer_rpc_timeout(),
-            c.fetch_batch(FetchBatchRequest { batch_id: id }),
-        )
-        .await;
-        let commit = PeerFailure::of(r).map_err(|failure| RoundError::Peer {
-            party,
-            call: "batch fetch",
-            failure,
-        })?;
+        let mut commit = fetch_from(state, peers, party, id).await?;
+        // Applied only with both peers' attestations: the other peer's comes from its own
+        // batch log if `party`'s lacks it.
+        let other = 3 - party;
+        if !commit
+            .signatures
+            .iter()
+            .any(|s| s.party_id == u32::from(other))
+        {
+            if let Ok(theirs) = fetch_from(state, peers, other, id).await {
+                super::attest::merge(&mut commit.signatures, &theirs.signatures);
+            }
+        }
         if !commit.outcomes_recorded {
             return Err(RoundError::NotRecorded {
                 party,
