@@ -7,3 +7,4 @@ pub mod coordinator;
 
 pub(crate) use self::apply::digest_of;
 pub use self::apply::{apply_commit, status_label, Applied};
+pub use self::attest::batch_digest;

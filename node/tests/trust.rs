@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::{Cluster, Res};
+use ocelli_node::agreement::batch_digest;
 use ocelli_node::batch::{
     BatchEvaluator, DangerEnrolEverythingForTests, EvalContext, EvalError, EvalRequest,
     NotEvaluated, Outcome,
@@ -19,7 +20,7 @@ use ocelli_node::client::OrbClient;
 use ocelli_node::config::{
     max_pass_comparisons_allowed, ConfigError, NodeConfig, PEER_MESSAGE_CAP,
 };
-use ocelli_node::keys::{keygen, sample_config, KeygenOptions};
+use ocelli_node::keys::{batch_signing_message, keygen, read_key32, sample_config, KeygenOptions};
 use ocelli_node::node::now_ms;
 use ocelli_node::shares::ShareDb;
 use ocelli_node::tls::NodeTls;
@@ -29,8 +30,8 @@ use sdk_orb::keys::{NodePublicKeys, NodeSecretKey};
 use sdk_orb::{EnvelopeError, RequestType};
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
-    GetResultRequest, HealthCheckRequest, NodeResult, ResultStatus, SignedResult,
-    StreamResultsRequest, SubmitRequest,
+    recorded_outcome, BatchCommit, BatchSignature, GetResultRequest, HealthCheckRequest,
+    NodeResult, RecordedOutcome, ResultStatus, SignedResult, StreamResultsRequest, SubmitRequest,
 };
 use tokio_stream::StreamExt;
 
@@ -714,6 +715,206 @@ async fn restart_after_mpc_catches_up() -> Res {
     c.restart_node(2).await?;
     // Longer than the 2 x request_timeout after which party 2 used to time it out alone.
     tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let next = c.envelope();
+    submit_everywhere(&c, &next).await?;
+    c.wait_drained(Duration::from_secs(30)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&missed)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&next)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    let s = c.summaries();
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// A node-to-node client of node `to` with party `from`'s identity: what a misbehaving party
+/// `from` can send.
+fn peer_client(
+    c: &Cluster,
+    from: usize,
+    to: u8,
+) -> Res<PeerServiceClient<tonic::transport::Channel>> {
+    let tls = NodeTls::load(&c.configs[from])?;
+    let cfg = tls.peer_clients.get(&to).ok_or("no client")?.clone();
+    let ch = ocelli_node::tls::channel(
+        c.configs[to as usize].listen.peer,
+        "127.0.0.1",
+        cfg,
+        Duration::from_secs(10),
+    )?;
+    Ok(PeerServiceClient::new(ch))
+}
+
+/// Party `party`'s attestation of `digest`, made with its result key (what that party, if it
+/// misbehaves, can produce).
+fn attest_as(c: &Cluster, party: u8, key_of: u8, digest: &[u8; 32]) -> Res<BatchSignature> {
+    use ed25519_dalek::Signer;
+    let seed = read_key32(&c.keys.party_file(key_of, "result-signing.key"))?;
+    let key = ed25519_dalek::SigningKey::from_bytes(&seed);
+    Ok(BatchSignature {
+        party_id: u32::from(party),
+        signature: key
+            .sign(&batch_signing_message(party, digest))
+            .to_bytes()
+            .to_vec(),
+    })
+}
+
+/// How many batches `node` refused as unattested, by its metrics page.
+async fn refused_unattested(c: &Cluster, node: usize) -> Res<u64> {
+    let page = http_get(c.configs[node].listen.metrics, "/metrics").await?;
+    Ok(page
+        .lines()
+        .find(|l| l.starts_with("ocelli_batches_total") && l.contains("refused_unattested"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
+}
+
+/// Finding 2: party 0 sends party 2 a commit that claims recorded outcomes (an invented
+/// match for a request only party 2 holds): unsigned, signed by party 0 alone, or with a
+/// "party 1" signature party 0 made itself. Party 2 refuses each (PERMISSION_DENIED), logs and
+/// counts it, stores nothing; the request later runs normally and all three agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_commit_from_coordinator_is_refused() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let enrolled = c.envelope();
+    submit_everywhere(&c, &enrolled).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    let target = c.envelope();
+    let id = id_of(&target)?;
+    c.client(2)
+        .orb
+        .submit(SubmitRequest {
+            envelope: target.clone(),
+        })
+        .await?;
+    let meta = c.state(2).store().meta()?;
+    let held = c
+        .state(2)
+        .store()
+        .request(&ocelli_node::ids::RequestId(id))?
+        .ok_or("not held")?;
+    let mut forged = BatchCommit {
+        batch_id: meta.last_applied_batch + 1,
+        request_ids: vec![id.to_vec()],
+        next_serial_id: meta.next_serial,
+        mpc_session: 1,
+        outcomes_recorded: true,
+        outcomes: vec![RecordedOutcome {
+            kind: recorded_outcome::Kind::Match as i32,
+            matched_serial_ids: vec![1],
+            matched_earlier: Vec::new(),
+        }],
+        ..BatchCommit::default()
+    };
+    let digest = batch_digest(&forged, &[held.digest.clone()], &forged.outcomes);
+    let variants = [
+        Vec::new(),
+        vec![attest_as(&c, 0, 0, &digest)?],
+        vec![attest_as(&c, 0, 0, &digest)?, attest_as(&c, 1, 0, &digest)?],
+    ];
+    let mut as_party0 = peer_client(&c, 0, 2)?;
+    for (k, signatures) in variants.into_iter().enumerate() {
+        forged.signatures = signatures;
+        let r = as_party0.commit_batch(forged.clone()).await;
+        assert_eq!(code(r), tonic::Code::PermissionDenied, "variant {k}");
+    }
+    assert_eq!(refused_unattested(&c, 2).await?, 3);
+    assert_eq!(
+        c.state(2).store().meta()?.last_applied_batch,
+        meta.last_applied_batch
+    );
+    assert_eq!(c.state(2).pending_len(), 1, "nothing applied");
+    // The request, once all three hold it, is evaluated and answered alike.
+    for i in [0, 1] {
+        c.client(i)
+            .orb
+            .submit(SubmitRequest {
+                envelope: target.clone(),
+            })
+            .await?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(agreed_status(&c, &id).await?, ResultStatus::UniqueEnrolled);
+    let s = c.summaries();
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 2: party 2 missed a batch (down after the MPC). A replay of it with altered
+/// outcomes (keeping the real attestations, or re-signed by party 0 alone) or without party
+/// 1's attestation is refused, logged and counted; the genuine replay then brings party 2 to
+/// the same state as the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_catch_up_is_refused() -> Res {
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.batch.request_timeout_ms = 2_000
+    })
+    .await?;
+    let good = std::mem::replace(&mut c.evaluator, Arc::new(FailsForTests));
+    c.restart_node(2).await?;
+    c.evaluator = good;
+    let missed = c.envelope();
+    submit_everywhere(&c, &missed).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while c.state(0).store().meta()?.last_applied_batch < 1 {
+        assert!(std::time::Instant::now() < deadline, "no batch");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.restart_node(2).await?;
+    let logged = c.state(0).store().batch(1)?.ok_or("no batch 1")?;
+    let genuine = BatchCommit::decode(logged.commit.as_slice())?;
+    assert_eq!(
+        genuine.signatures.len(),
+        2,
+        "party 0 logs its and party 1's attestation"
+    );
+
+    let mut altered = genuine.clone();
+    altered.outcomes = vec![RecordedOutcome {
+        kind: recorded_outcome::Kind::Match as i32,
+        matched_serial_ids: vec![7],
+        matched_earlier: Vec::new(),
+    }];
+    let held = c
+        .state(2)
+        .store()
+        .request(&ocelli_node::ids::RequestId(id_of(&missed)?))?
+        .ok_or("not held")?;
+    let digest = batch_digest(&altered, &[held.digest], &altered.outcomes);
+    let mut resigned = altered.clone();
+    resigned.signatures = vec![
+        attest_as(&c, 0, 0, &digest)?,
+        genuine
+            .signatures
+            .iter()
+            .find(|s| s.party_id == 1)
+            .ok_or("no party 1 attestation")?
+            .clone(),
+    ];
+    let mut partial = genuine.clone();
+    partial.signatures.retain(|s| s.party_id == 0);
+    let mut as_party0 = peer_client(&c, 0, 2)?;
+    for (name, forged) in [
+        ("altered", altered),
+        ("re-signed by party 0", resigned),
+        ("partially signed", partial),
+    ] {
+        let r = as_party0.commit_batch(forged).await;
+        assert_eq!(code(r), tonic::Code::PermissionDenied, "{name}");
+    }
+    assert_eq!(refused_unattested(&c, 2).await?, 3);
+    assert_eq!(c.state(2).store().meta()?.last_applied_batch, 0);
+
     let next = c.envelope();
     submit_everywhere(&c, &next).await?;
     c.wait_drained(Duration::from_secs(30)).await?;

@@ -21,7 +21,7 @@ const DIGEST_DOMAIN: &[u8] = b"ocelli/v1/batch-digest";
 
 /// The digest a batch attestation signs (see `BatchSignature` in node.proto).
 /// `envelope_digests` are the digests this node holds for `commit.request_ids`, in order.
-pub(crate) fn batch_digest(
+pub fn batch_digest(
     commit: &BatchCommit,
     envelope_digests: &[Vec<u8>],
     outcomes: &[RecordedOutcome],
