@@ -814,7 +814,11 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
         }],
         ..BatchCommit::default()
     };
-    let digest = batch_digest(&forged, &[held.digest.clone()], &forged.outcomes);
+    let digest = batch_digest(
+        &forged,
+        std::slice::from_ref(&held.digest),
+        &forged.outcomes,
+    );
     let variants = [
         Vec::new(),
         vec![attest_as(&c, 0, 0, &digest)?],
