@@ -875,13 +875,19 @@ async fn forged_catch_up_is_refused() -> Res {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     c.restart_node(2).await?;
-    let logged = c.state(0).store().batch(1)?.ok_or("no batch 1")?;
-    let genuine = BatchCommit::decode(logged.commit.as_slice())?;
-    assert_eq!(
-        genuine.signatures.len(),
-        2,
-        "party 0 logs its and party 1's attestation"
-    );
+    // Party 0 logs its attestation and, once party 1's ack is in, party 1's.
+    let genuine = loop {
+        let logged = c.state(0).store().batch(1)?.ok_or("no batch 1")?;
+        let commit = BatchCommit::decode(logged.commit.as_slice())?;
+        if commit.signatures.len() == 2 {
+            break commit;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "party 1's attestation not logged"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
 
     let mut altered = genuine.clone();
     altered.outcomes = vec![RecordedOutcome {
