@@ -942,3 +942,63 @@ async fn forged_catch_up_is_refused() -> Res {
     c.stop_all().await?;
     Ok(())
 }
+
+/// Finding 5, the full computation: one batch whose database pass is exactly the largest the
+/// node allows (33 uniqueness requests against 4,099 entries: 135,267 pairs, padded to
+/// 8,388,352 comparisons), through the three-party pipeline in memory. It succeeds and no
+/// round message exceeds what a peer message carries. Ignored by default: about 2.5 GB and
+/// minutes in a debug build; run with
+/// `cargo test --release -p ocelli-node --test trust -- --ignored a_batch_at_the_largest_pass`.
+#[test]
+#[ignore = "large: run in release (see the doc comment)"]
+fn a_batch_at_the_largest_pass_succeeds() {
+    use ocelli_mpc::pipeline::{
+        evaluate, pass_comparisons, PipelineConfig, PipelineRequest, Target,
+    };
+    use rand_chacha::rand_core::SeedableRng;
+    let allowed = max_pass_comparisons_allowed();
+    let requests = 33usize;
+    let entries = allowed / (requests * 62);
+    assert_eq!(pass_comparisons(requests * entries), allowed);
+    let config = PipelineConfig {
+        chunk_entries: 1 << 20,
+        max_pass_comparisons: allowed,
+        ..PipelineConfig::with_threshold(0.345)
+    };
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(12);
+    let db: Vec<Box<sdk_orb::PartyShares>> = (0..entries)
+        .map(|_| ocelli_mpc::synthetic::random_shares(&mut rng))
+        .collect();
+    let queries: Vec<Box<sdk_orb::PartyShares>> = (0..requests)
+        .map(|_| ocelli_mpc::synthetic::random_shares(&mut rng))
+        .collect();
+    let started = std::time::Instant::now();
+    let out = ocelli_mpc::local::run_three(9, |s| {
+        let mut m = ocelli_mpc::MatchDb::new();
+        for (d, shares) in db.iter().enumerate() {
+            m.push(d as u64 + 1, shares);
+        }
+        let reqs: Vec<PipelineRequest<'_>> = queries
+            .iter()
+            .map(|q| PipelineRequest {
+                shares: q,
+                target: Target::Database,
+                against_earlier: false,
+                candidate: false,
+                or_policy: false,
+            })
+            .collect();
+        evaluate(s, &ocelli_mpc::engine::CpuEngine::new(), &m, &reqs, &config).map(|r| r.len())
+    });
+    let mut largest = 0;
+    for (r, _, view) in &out {
+        assert_eq!(r.as_ref().ok(), Some(&requests), "the batch failed");
+        largest = largest.max(view.iter().map(|(_, m)| m.len()).max().unwrap_or(0));
+    }
+    eprintln!(
+        "largest pass: {allowed} comparisons, largest message {largest} bytes, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(largest, 8 * allowed);
+    assert!(largest <= PEER_MESSAGE_CAP - ocelli_node::config::MPC_FRAME_OVERHEAD);
+}
