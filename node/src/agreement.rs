@@ -2,7 +2,9 @@
 //! and commits; every node [`apply_commit`]s what was committed to its store and memory.
 
 mod apply;
+mod attest;
 pub mod coordinator;
 
 pub(crate) use self::apply::digest_of;
-pub use self::apply::{apply_commit, status_label, sweep_expired};
+pub use self::apply::{apply_commit, status_label, Applied};
+pub use self::attest::batch_digest;

@@ -49,6 +49,16 @@ pub enum ApplyError {
     /// A replayed commit's recorded outcomes do not fit its requests.
     #[error("recorded outcomes do not match the batch: {0}")]
     Recorded(String),
+    /// Recorded outcomes (a replay, a fetched batch, or a commit claiming them) without a
+    /// valid attestation of this exact batch by `party`, one of the two other nodes: this
+    /// node neither computed them nor saw both others sign them, so it applies nothing.
+    #[error("batch {batch_id}: recorded outcomes lack a valid signature of party {party}")]
+    Unattested {
+        /// The batch.
+        batch_id: u64,
+        /// The party whose signature is missing or invalid.
+        party: u8,
+    },
     /// The commit names a request more than once (to run, as timed out or
     /// as a digest mismatch); party 0 never does.
     #[error("the commit names request {0} more than once")]

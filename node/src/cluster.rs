@@ -134,10 +134,11 @@ impl Deployment {
         for (party, cfg) in self.configs.iter().enumerate() {
             let pk = read_key32(&keys.join(format!("party{party}/result-verifying.pub")))?;
             result_keys.push(ed25519_dalek::VerifyingKey::from_bytes(&pk)?);
-            clients.push(OrbClient::new(
+            clients.push(OrbClient::with_identity(
                 cfg.listen.orb,
                 "localhost",
                 &keys.join("ca.pem"),
+                &keys.join("gateway0"),
             )?);
         }
         let result_keys: [ed25519_dalek::VerifyingKey; 3] =
@@ -331,6 +332,6 @@ impl Orb {
                 }
             }
         }
-        Ok(agree(&results, &self.result_keys)?)
+        Ok(agree(&results, &self.result_keys, &id.0)?)
     }
 }

@@ -6,6 +6,19 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// The largest gRPC message between two nodes, in bytes (the peer server and the peer
+/// clients both use it). One MPC round's message travels as one message.
+pub const PEER_MESSAGE_CAP: usize = 64 << 20;
+
+/// What an MPC frame adds around a round's payload (session id, round, field tags and
+/// lengths; a few dozen bytes), rounded up generously.
+pub const MPC_FRAME_OVERHEAD: usize = 1024;
+
+/// The largest `matching.max_pass_comparisons` whose rounds fit in one peer message.
+pub fn max_pass_comparisons_allowed() -> usize {
+    ocelli_mpc::pipeline::max_pass_comparisons_within(PEER_MESSAGE_CAP - MPC_FRAME_OVERHEAD)
+}
+
 /// Everything a node needs to start. Paths are relative to the config file's
 /// directory unless absolute.
 #[derive(Clone, Debug, Deserialize)]
@@ -56,6 +69,13 @@ pub struct TlsConfig {
     pub cert: PathBuf,
     /// This node's TLS private key.
     pub key: PathBuf,
+    /// Certificates of the orb gateways allowed on the orb API (PEM, one per gateway): each
+    /// submits and reads the results of its own requests.
+    #[serde(default)]
+    pub gateways: Vec<PathBuf>,
+    /// Certificates of the results consumers (PEM): they may read and stream every result.
+    #[serde(default)]
+    pub results_consumers: Vec<PathBuf>,
 }
 
 /// Identity keys.
@@ -64,6 +84,10 @@ pub struct TlsConfig {
 pub struct KeysConfig {
     /// X25519 HPKE secret key (hex).
     pub hpke_secret: PathBuf,
+    /// The HPKE secret key before a rotation (hex), kept until no envelope sealed to it is
+    /// pending: it opens those, never new submissions.
+    #[serde(default)]
+    pub hpke_previous_secret: Option<PathBuf>,
     /// Ed25519 result-signing key (hex).
     pub result_signing: PathBuf,
     /// File with one allowed orb Ed25519 verifying key (hex) per line.
@@ -129,6 +153,11 @@ pub struct PeerConfig {
     /// Name to verify its certificate against (default: the address's IP).
     #[serde(default)]
     pub server_name: Option<String>,
+    /// Its Ed25519 result verifying key (hex): checks its attestation of a batch before this
+    /// node applies outcomes it did not compute. Without it, no recorded outcome is accepted
+    /// (catch-up and replay are refused).
+    #[serde(default)]
+    pub result_key: Option<PathBuf>,
 }
 
 /// Envelope intake limits.
@@ -231,6 +260,27 @@ pub enum ConfigError {
         /// Its value.
         value: String,
     },
+    /// A comparison pass would send a round message larger than a peer message may be.
+    #[error(
+        "matching.max_pass_comparisons = {max_pass_comparisons} with batch.max_size = {max_batch}: \
+         a pass would send a {message_bytes}-byte round message, over the {cap}-byte peer \
+         message cap; the largest max_pass_comparisons allowed is {allowed} (and batch.max_size \
+         at most {allowed_batch})"
+    )]
+    PassTooLarge {
+        /// The configured comparisons per pass.
+        max_pass_comparisons: usize,
+        /// The configured batch size.
+        max_batch: usize,
+        /// The largest round message such a pass sends.
+        message_bytes: usize,
+        /// What a peer message may carry (less the frame).
+        cap: usize,
+        /// The largest `max_pass_comparisons` allowed.
+        allowed: usize,
+        /// The largest batch whose first pass fits.
+        allowed_batch: usize,
+    },
     /// The values are inconsistent.
     #[error("invalid config: {0}")]
     Invalid(String),
@@ -323,7 +373,18 @@ impl NodeConfig {
         fix(&mut self.tls.ca);
         fix(&mut self.tls.cert);
         fix(&mut self.tls.key);
+        for p in self
+            .tls
+            .gateways
+            .iter_mut()
+            .chain(&mut self.tls.results_consumers)
+        {
+            fix(p);
+        }
         fix(&mut self.keys.hpke_secret);
+        if let Some(p) = &mut self.keys.hpke_previous_secret {
+            fix(p);
+        }
         fix(&mut self.keys.result_signing);
         fix(&mut self.keys.orb_allow_list);
         if let Some(p) = &mut self.keys.node_public_keys {
@@ -331,6 +392,9 @@ impl NodeConfig {
         }
         for p in &mut self.peers {
             fix(&mut p.cert);
+            if let Some(k) = &mut p.result_key {
+                fix(k);
+            }
         }
     }
 
@@ -368,6 +432,7 @@ impl NodeConfig {
         if self.matching.max_pass_comparisons < 62 {
             return bad("matching.max_pass_comparisons must be at least 62");
         }
+        self.check_pass_size()?;
         if self.matching.enabled
             && self.matching.engine == ocelli_mpc::engine::EngineKind::Gpu
             && !cfg!(feature = "gpu")
@@ -384,6 +449,39 @@ impl NodeConfig {
             return bad("keys.node_public_keys is required when matching is enabled");
         }
         Ok(())
+    }
+
+    /// Checks that the largest round message of any pass fits in one peer message
+    /// ([`PEER_MESSAGE_CAP`]), from the protocol's bytes per comparison.
+    ///
+    /// # Errors
+    /// [`ConfigError::PassTooLarge`].
+    pub fn check_pass_size(&self) -> Result<(), ConfigError> {
+        let cap = PEER_MESSAGE_CAP - MPC_FRAME_OVERHEAD;
+        let pipeline = ocelli_mpc::pipeline::PipelineConfig {
+            max_pass_comparisons: self.matching.max_pass_comparisons,
+            chunk_entries: self.matching.chunk_entries,
+            ..ocelli_mpc::pipeline::PipelineConfig::with_threshold(self.matching.threshold)
+        };
+        let message_bytes = pipeline.largest_message_bytes(self.batch.max_size);
+        if message_bytes <= cap {
+            return Ok(());
+        }
+        let allowed = max_pass_comparisons_allowed();
+        // B (B + 1) / 2 pairs in the first pass must fit as well.
+        let allowed_pairs = allowed / 62;
+        let mut allowed_batch = 1usize;
+        while (allowed_batch + 1) * (allowed_batch + 2) / 2 <= allowed_pairs {
+            allowed_batch += 1;
+        }
+        Err(ConfigError::PassTooLarge {
+            max_pass_comparisons: self.matching.max_pass_comparisons,
+            max_batch: self.batch.max_size,
+            message_bytes,
+            cap,
+            allowed,
+            allowed_batch,
+        })
     }
 
     /// The peer entry for `party_id`.

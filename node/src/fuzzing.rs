@@ -181,9 +181,13 @@ fn decoded<M: Message + Default + PartialEq>(bytes: &[u8]) -> Option<M> {
 /// Party 1 or 2 votes on a proposal.
 fn proposal(p: &BatchProposal) {
     let mut queue = fixture_queue();
-    let v = vote_on(&mut queue, peer_fixture::LAST_APPLIED_BATCH, p, |id| {
-        id.0 == peer_fixture::FINAL_REQUEST
-    });
+    let v = vote_on(
+        &mut queue,
+        peer_fixture::LAST_APPLIED_BATCH,
+        p,
+        |id| id.0 == peer_fixture::FINAL_REQUEST,
+        |_| true,
+    );
     assert_eq!(v.batch_id, p.batch_id);
     assert_eq!(v.votes.len(), p.items.len(), "one vote per item");
     for (item, &vote) in p.items.iter().zip(&v.votes) {
@@ -220,6 +224,7 @@ fn commit(c: &BatchCommit) {
                     serial_id: p.serial_id,
                     or_policy: false,
                     batch_id: 0,
+                    submitter: Vec::new(),
                 };
                 eval.push(
                     crate::batch::plan::eval_request(id, &rec, StoredShares::build(|_| {}))
@@ -309,6 +314,7 @@ fn vote(v: BatchVote) {
         batch_id: v.batch_id,
         votes: vec![Vote::Accept as i32; candidates.len()],
         last_applied_batch_id: peer_fixture::LAST_APPLIED_BATCH,
+        expired: Vec::new(),
     };
     let votes = BTreeMap::from([(1u8, v), (2u8, accept_all)]);
     match catching_up(peer_fixture::LAST_APPLIED_BATCH, &votes) {
@@ -324,7 +330,13 @@ fn vote(v: BatchVote) {
         }
         CatchingUp::No => {
             let mut c = BatchCommit::default();
-            tally(&candidates, &votes, peer_fixture::CUTOFF_MS, &mut c);
+            tally(
+                &candidates,
+                &votes,
+                peer_fixture::CUTOFF_MS,
+                |_| true,
+                &mut c,
+            );
             let mut seen = std::collections::HashSet::new();
             let placed = c
                 .request_ids

@@ -186,6 +186,9 @@ fn to_stored(p: &sdk_orb::PartyShares) -> StoredShares {
 pub struct IntakePolicy {
     party: PartyId,
     secret: NodeSecretKey,
+    /// The HPKE key before the last rotation: opens envelopes already held (pending) that
+    /// were sealed to it; new envelopes must be sealed to `secret`.
+    previous: Option<NodeSecretKey>,
     orb_keys: HashSet<[u8; 32]>,
     /// Oldest accepted capture time, ms before now.
     pub freshness_ms: u64,
@@ -248,6 +251,7 @@ impl IntakePolicy {
             party,
             secret: NodeSecretKey::from_bytes(secret_bytes)
                 .map_err(|_| IntakeSetupError::HpkeSecret)?,
+            previous: None,
             orb_keys: orb_keys.into_iter().map(|k| k.to_bytes()).collect(),
             freshness_ms: cfg.freshness_window_s.saturating_mul(1000),
             future_ms: cfg.max_future_skew_s.saturating_mul(1000),
@@ -332,8 +336,27 @@ impl IntakePolicy {
     /// The envelope no longer opens (corrupt store).
     pub fn reopen(&self, bytes: &[u8]) -> Result<StoredShares, Rejection> {
         let view = EnvelopeView::parse(bytes).map_err(from_sdk)?;
-        let payload =
-            sdk_orb::envelope::open_payload(&view, self.party, &self.secret).map_err(from_sdk)?;
+        let payload = match (
+            sdk_orb::envelope::open_payload(&view, self.party, &self.secret),
+            &self.previous,
+        ) {
+            (Ok(p), _) => p,
+            (Err(_), Some(previous)) => {
+                sdk_orb::envelope::open_payload(&view, self.party, previous).map_err(from_sdk)?
+            }
+            (Err(e), None) => return Err(from_sdk(e)),
+        };
         Ok(to_stored(&payload))
+    }
+
+    /// Keeps the HPKE key before a rotation, to open envelopes held from before it.
+    ///
+    /// # Errors
+    /// The key is not an X25519 key.
+    pub fn with_previous_key(mut self, secret_bytes: &[u8; 32]) -> Result<Self, IntakeSetupError> {
+        self.previous = Some(
+            NodeSecretKey::from_bytes(secret_bytes).map_err(|_| IntakeSetupError::HpkeSecret)?,
+        );
+        Ok(self)
     }
 }

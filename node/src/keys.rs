@@ -17,7 +17,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rand_core::OsRng;
@@ -108,7 +108,21 @@ impl KeygenOutput {
     pub fn public_keys(&self) -> PathBuf {
         self.dir.join("node-public-keys.bin")
     }
+    /// `gatewayN/`: certificate (`tls.pem`) and key (`tls.key.pem`) of orb gateway `n`.
+    pub fn gateway(&self, n: u8) -> PathBuf {
+        self.dir.join(format!("gateway{n}"))
+    }
+    /// `results-consumer/`: certificate and key of the results consumer.
+    pub fn results_consumer(&self) -> PathBuf {
+        self.dir.join(RESULTS_CONSUMER)
+    }
 }
+
+/// How many orb gateway identities `keygen` issues (`gateway0`, `gateway1`, ...).
+pub const GATEWAYS: u8 = 2;
+
+/// The directory of the results consumer's identity.
+pub const RESULTS_CONSUMER: &str = "results-consumer";
 
 /// Writes `data` to `path`; private files get mode 0600 from creation on.
 fn write_file(path: &Path, data: &[u8], private: bool, force: bool) -> Result<(), KeyError> {
@@ -122,8 +136,16 @@ fn write_file(path: &Path, data: &[u8], private: bool, force: bool) -> Result<()
     } else {
         opts.create_new(true);
     }
-    opts.mode(if private { 0o600 } else { 0o644 });
+    let mode = if private { 0o600 } else { 0o644 };
+    opts.mode(mode);
     let mut f = opts.open(path).map_err(io_err(path))?;
+    // `mode` applies only to files the open creates: an existing file overwritten with
+    // `--force` keeps its old mode (perhaps world-readable) unless set here, before the
+    // secret is written into it.
+    if force {
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(io_err(path))?;
+    }
     f.write_all(data).map_err(io_err(path))?;
     f.sync_all().map_err(io_err(path))
 }
@@ -231,6 +253,27 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
             hex::encode(verify.as_bytes())
         ));
     }
+    // Orb-API client identities: each gateway's certificate is pinned by the nodes and names
+    // who submitted a request (only that gateway reads its results); the results consumer may
+    // stream every result. Neither is a node certificate (client authentication only).
+    let client_names = (0..GATEWAYS)
+        .map(|i| format!("gateway{i}"))
+        .chain([RESULTS_CONSUMER.to_owned()]);
+    for name in client_names {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("ocelli {name}"));
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &issuer)?;
+        let dir = opts.out_dir.join(&name);
+        write_file(&dir.join("tls.pem"), cert.pem().as_bytes(), false, force)?;
+        let key_pem = Zeroizing::new(key.serialize_pem());
+        write_file(&dir.join("tls.key.pem"), key_pem.as_bytes(), true, force)?;
+    }
+
     write_file(&out.public_keys(), &hpke_pubs, false, force)?;
     write_file(
         &opts.out_dir.join("public-bundle.toml"),
@@ -281,7 +324,9 @@ pub fn sample_config(party: u8, base: u16) -> String {
     let mut s = format!(
         "party_id = {party}\ndata_dir = \"data/party{party}\"\n\n\
          [listen]\norb = \"127.0.0.1:{}\"\npeer = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:{}\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"party{party}/tls.pem\"\nkey = \"party{party}/tls.key.pem\"\n\n\
+         [tls]\nca = \"ca.pem\"\ncert = \"party{party}/tls.pem\"\nkey = \"party{party}/tls.key.pem\"\n\
+         gateways = [\"gateway0/tls.pem\", \"gateway1/tls.pem\"]\n\
+         results_consumers = [\"results-consumer/tls.pem\"]\n\n\
          [keys]\nhpke_secret = \"party{party}/hpke.key\"\n\
          result_signing = \"party{party}/result-signing.key\"\norb_allow_list = \"orb-allow-list.txt\"\n\
          node_public_keys = \"node-public-keys.bin\"\n",
@@ -291,7 +336,8 @@ pub fn sample_config(party: u8, base: u16) -> String {
     );
     for peer in (0u8..3).filter(|&p| p != party) {
         s.push_str(&format!(
-            "\n[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"party{peer}/tls.pem\"\n",
+            "\n[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"party{peer}/tls.pem\"\n\
+             result_key = \"party{peer}/result-verifying.pub\"\n",
             port(10, peer)
         ));
     }
@@ -371,6 +417,18 @@ pub fn result_signing_message(party: u8, result: &[u8]) -> Vec<u8> {
     m
 }
 
+/// Domain separation prefix of batch attestations.
+pub const BATCH_SIGNING_CONTEXT: &[u8] = b"ocelli/v1/batch";
+
+/// The bytes a batch attestation covers.
+pub fn batch_signing_message(party: u8, digest: &[u8; 32]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(BATCH_SIGNING_CONTEXT.len() + 33);
+    m.extend_from_slice(BATCH_SIGNING_CONTEXT);
+    m.push(party);
+    m.extend_from_slice(digest);
+    m
+}
+
 impl ResultSigner {
     /// Wraps a 32-byte Ed25519 seed.
     pub fn from_seed(seed: &[u8; 32], party: u8) -> Self {
@@ -386,6 +444,20 @@ impl ResultSigner {
         self.key
             .sign(&result_signing_message(self.party, result))
             .to_bytes()
+    }
+
+    /// Signs a batch digest (a different domain from results: neither signature can stand
+    /// for the other).
+    pub fn sign_batch(&self, digest: &[u8; 32]) -> [u8; 64] {
+        use ed25519_dalek::Signer;
+        self.key
+            .sign(&batch_signing_message(self.party, digest))
+            .to_bytes()
+    }
+
+    /// This signer's party.
+    pub fn party(&self) -> u8 {
+        self.party
     }
 
     /// The verifying key.

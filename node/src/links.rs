@@ -227,8 +227,8 @@ impl Peers {
                 config.batch.peer_rpc_timeout(),
             )?;
             let client = PeerServiceClient::new(ch)
-                .max_decoding_message_size(64 << 20)
-                .max_encoding_message_size(64 << 20);
+                .max_decoding_message_size(crate::config::PEER_MESSAGE_CAP)
+                .max_encoding_message_size(crate::config::PEER_MESSAGE_CAP);
             clients.push((p.party_id, client));
         }
         Ok(Self { clients })

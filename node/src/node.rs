@@ -61,8 +61,15 @@ pub struct NodeState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) intake: IntakePolicy,
     pub(crate) signer: ResultSigner,
+    /// The peers' pinned result verifying keys, by party: what their batch attestations are
+    /// checked against.
+    pub(crate) peer_result_keys: std::collections::HashMap<u8, ed25519_dalek::VerifyingKey>,
     pub(crate) metrics: Metrics,
     pub(crate) evaluator: Arc<dyn BatchEvaluator>,
+    /// Pending requests whose payload this node could not open when it started (sealed to
+    /// an HPKE key it no longer holds). Fixed after start: every envelope accepted later was
+    /// opened at intake, and the keys change only with a restart.
+    pub(crate) unopenable: std::collections::HashSet<crate::ids::RequestId>,
     queue: Mutex<PendingQueue>,
     shares: RwLock<ShareDb>,
     pub(crate) results_tx: broadcast::Sender<Arc<SignedResult>>,
@@ -108,17 +115,39 @@ impl NodeState {
         let hpke = keys::read_key32(&config.keys.hpke_secret)?;
         let sign = keys::read_key32(&config.keys.result_signing)?;
         let orbs = keys::read_allow_list(&config.keys.orb_allow_list)?;
-        let intake = IntakePolicy::new(party, &hpke, orbs, &config.intake)?;
+        let mut intake = IntakePolicy::new(party, &hpke, orbs, &config.intake)?;
+        if let Some(previous) = &config.keys.hpke_previous_secret {
+            intake = intake.with_previous_key(&*keys::read_key32(previous)?)?;
+        }
         let signer = ResultSigner::from_seed(&sign, party);
+        let mut peer_result_keys = std::collections::HashMap::new();
+        for p in &config.peers {
+            if let Some(path) = &p.result_key {
+                let key = ed25519_dalek::VerifyingKey::from_bytes(&*keys::read_key32(path)?)
+                    .map_err(|_| keys::KeyError::Format {
+                        path: path.clone(),
+                        what: "not an Ed25519 verifying key",
+                    })?;
+                peer_result_keys.insert(p.party_id, key);
+            }
+        }
         let metrics = Metrics::new(party);
 
         let shares = load_shares(store.as_ref(), &metrics)?;
         evaluator.prepare(&shares)?;
         let mut queue = PendingQueue::default();
+        let mut unopenable = std::collections::HashSet::new();
         let pending = store.pending_requests()?;
         for (id, rec) in &pending {
             if let Some(d) = EnvelopeDigest::from_slice(&rec.digest) {
                 queue.push(*id, d, rec.received_ms);
+            }
+            let opens = store
+                .envelope(id)?
+                .is_some_and(|env| intake.reopen(&env).is_ok());
+            if !opens {
+                tracing::warn!(request_id = %id, "pending request no longer opens here (HPKE key rotated?); it will fail on all three nodes");
+                unopenable.insert(*id);
             }
         }
         if !pending.is_empty() {
@@ -147,8 +176,10 @@ impl NodeState {
             store,
             intake,
             signer,
+            peer_result_keys,
             metrics,
             evaluator,
+            unopenable,
             queue: Mutex::new(queue),
             shares: RwLock::new(shares),
             results_tx,

@@ -93,10 +93,14 @@ pub async fn run(
     let mut orb_stop = stop_rx.clone();
     let orb_server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(
+            .add_service(tonic::service::interceptor::InterceptedService::new(
                 OrbServiceServer::new(orb_api.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE),
-            )
-            .add_service(HealthServer::new(orb_api))
+                orb::Authenticate(tls.orb_clients.clone()),
+            ))
+            .add_service(tonic::service::interceptor::InterceptedService::new(
+                HealthServer::new(orb_api),
+                orb::Authenticate(tls.orb_clients.clone()),
+            ))
             .serve_with_incoming_shutdown(orb_incoming, async move {
                 let _ = orb_stop.wait_for(|s| *s).await;
             }),
@@ -112,8 +116,8 @@ pub async fn run(
             .initial_connection_window_size(crate::tls::PEER_CONNECTION_WINDOW)
             .add_service(
                 PeerServiceServer::new(peer_api)
-                    .max_decoding_message_size(64 << 20)
-                    .max_encoding_message_size(64 << 20),
+                    .max_decoding_message_size(crate::config::PEER_MESSAGE_CAP)
+                    .max_encoding_message_size(crate::config::PEER_MESSAGE_CAP),
             )
             .serve_with_incoming_shutdown(peer_incoming, async move {
                 let _ = peer_stop_rx.wait_for(|s| *s).await;
@@ -128,23 +132,10 @@ pub async fn run(
 
     let peers = Peers::connect(&state.config, &tls)?;
     let _ = state.peers.set(peers.clone());
-    let batch_task = if party == 0 {
-        tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone()))
-    } else {
-        let st = state.clone();
-        let mut stop = stop_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.wait_for(|s| *s) => break,
-                }
-                if let Err(e) = crate::agreement::sweep_expired(&st).await {
-                    tracing::warn!(error = %e, "timeout sweep failed");
-                }
-            }
-        })
-    };
+    // Only party 0 runs batches. Parties 1 and 2 decide nothing on their own, time-outs
+    // included: a request is final only through a committed batch, so the three agree.
+    let batch_task =
+        (party == 0).then(|| tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone())));
 
     state.set_ready(true);
     tracing::info!(
@@ -160,7 +151,9 @@ pub async fn run(
     tracing::info!(party, "shutting down: refusing new submissions");
     state.set_draining();
     let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(20), batch_task).await;
+    if let Some(batch_task) = batch_task {
+        let _ = tokio::time::timeout(Duration::from_secs(20), batch_task).await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(10), orb_server).await;
     // Peers may still be committing to us while we drain; stop last.
     state.links.close_all();

@@ -59,6 +59,10 @@ pub struct RequestRecord {
     /// The batch that answered it (0: none).
     #[prost(uint64, tag = "7")]
     pub batch_id: u64,
+    /// SHA-256 of the certificate of the gateway that submitted it to this node: only that
+    /// gateway (or a results consumer) reads its result here.
+    #[prost(bytes = "vec", tag = "8")]
+    pub submitter: Vec<u8>,
 }
 
 impl RequestRecord {

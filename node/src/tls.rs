@@ -1,6 +1,10 @@
 //! TLS with rustls and the `ring` provider.
 //!
-//! - Orbs reach a node over server-authenticated TLS.
+//! - Orb gateways and results consumers reach a node's orb API over TLS with a client
+//!   certificate, which must be byte-for-byte one configured under `tls.gateways` or
+//!   `tls.results_consumers`; a caller without one completes the handshake but every call
+//!   is refused as unauthenticated (so it learns why), one with any other certificate is
+//!   refused in the handshake.
 //! - Nodes reach each other over mutual TLS. Beyond chaining to the
 //!   deployment CA, a certificate must be byte-for-byte the one configured for
 //!   that party id: a node refuses a peer presenting any other certificate,
@@ -94,8 +98,11 @@ fn roots(ca: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsError> {
 /// Everything TLS a node needs, built once from its config.
 #[derive(Clone, Debug)]
 pub struct NodeTls {
-    /// Orb-facing server config (no client certificates).
+    /// Orb-facing server config (a configured gateway or results consumer certificate, or
+    /// none: then every call is refused).
     pub orb_server: Arc<ServerConfig>,
+    /// The configured orb-API clients.
+    pub orb_clients: OrbClients,
     /// Peer-facing server config (client certificate of a configured peer required).
     pub peer_server: Arc<ServerConfig>,
     /// Client config to dial each peer, pinned to that peer's certificate.
@@ -116,6 +123,52 @@ impl PeerCerts {
             .find(|(_, c)| c.as_ref() == cert.as_ref())
             .map(|(p, _)| *p)
     }
+}
+
+/// What an orb-API client may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrbRole {
+    /// Submits envelopes; reads the results of the requests it submitted.
+    Gateway,
+    /// Reads and streams every result; submits nothing.
+    ResultsConsumer,
+}
+
+/// An authenticated orb-API caller: its role and identity (SHA-256 of its certificate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrbCaller {
+    /// What it may do.
+    pub role: OrbRole,
+    /// SHA-256 of its certificate: what a request record keeps as its submitter.
+    pub id: [u8; 32],
+}
+
+/// The configured orb-API client certificates.
+#[derive(Clone, Debug, Default)]
+pub struct OrbClients(Vec<(OrbRole, CertificateDer<'static>)>);
+
+impl OrbClients {
+    /// The caller presenting `cert`, if it is a configured one.
+    pub fn caller_of(&self, cert: &CertificateDer<'_>) -> Option<OrbCaller> {
+        use sha2::Digest;
+        self.0
+            .iter()
+            .find(|(_, c)| c.as_ref() == cert.as_ref())
+            .map(|(role, c)| OrbCaller {
+                role: *role,
+                id: sha2::Sha256::digest(c.as_ref()).into(),
+            })
+    }
+}
+
+fn first_cert(path: &Path) -> Result<CertificateDer<'static>, TlsError> {
+    load_certs(path)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| TlsError::Pem {
+            path: path.display().to_string(),
+            what: "no certificate".to_owned(),
+        })
 }
 
 impl NodeTls {
@@ -141,9 +194,26 @@ impl NodeTls {
         let peer_certs = PeerCerts(peers);
         let roots = Arc::new(roots(&ca)?);
 
+        let mut orb_clients = Vec::new();
+        for p in &cfg.tls.gateways {
+            orb_clients.push((OrbRole::Gateway, first_cert(p)?));
+        }
+        for p in &cfg.tls.results_consumers {
+            orb_clients.push((OrbRole::ResultsConsumer, first_cert(p)?));
+        }
+        let orb_clients = OrbClients(orb_clients);
+        let orb_verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+            // No certificate: the handshake completes and every call answers UNAUTHENTICATED.
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let orb_verifier = Arc::new(PinnedOrbClientVerifier {
+            inner: orb_verifier,
+            allowed: orb_clients.clone(),
+        });
         let mut orb = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
+            .with_client_cert_verifier(orb_verifier)
             .with_single_cert(chain.clone(), key.clone_key())?;
         orb.alpn_protocols = vec![b"h2".to_vec()];
 
@@ -179,6 +249,7 @@ impl NodeTls {
         }
         Ok(Self {
             orb_server: Arc::new(orb),
+            orb_clients,
             peer_server: Arc::new(peer_server),
             peer_clients,
             peer_certs,
@@ -186,18 +257,79 @@ impl NodeTls {
     }
 }
 
-/// A client config trusting the deployment CA (what an orb uses).
+/// A client config trusting the deployment CA (what an orb gateway or a results consumer
+/// uses), presenting the certificate and key in `identity` (`(cert.pem, key.pem)`), or none:
+/// then the node answers every call UNAUTHENTICATED.
 ///
 /// # Errors
-/// Unreadable CA file.
-pub fn orb_client_config(ca_pem: &Path) -> Result<Arc<ClientConfig>, TlsError> {
+/// Unreadable CA or identity files.
+pub fn orb_client_config(
+    ca_pem: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Arc<ClientConfig>, TlsError> {
     let roots = roots(&load_certs(ca_pem)?)?;
-    let mut c = ClientConfig::builder_with_provider(provider())
+    let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut c = match identity {
+        Some((cert, key)) => builder.with_client_auth_cert(load_certs(cert)?, load_key(key)?)?,
+        None => builder.with_no_client_auth(),
+    };
     c.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(c))
+}
+
+/// Accepts no client certificate (calls are then refused as unauthenticated), or one that
+/// chains to the CA and is exactly a configured orb-API client's.
+#[derive(Debug)]
+struct PinnedOrbClientVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+    allowed: OrbClients,
+}
+
+impl ClientCertVerifier for PinnedOrbClientVerifier {
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let ok = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if self.allowed.caller_of(end_entity).is_none() {
+            tracing::warn!("refused an orb-API client certificate that is not configured");
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ));
+        }
+        Ok(ok)
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// Accepts only client certificates that chain to the CA and are exactly one

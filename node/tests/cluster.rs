@@ -121,11 +121,11 @@ async fn enrolments_get_identical_serial_ids_and_signed_identical_results() -> R
         }
         assert_eq!(results[0], results[1]);
         assert_eq!(results[1], results[2]);
-        assert_eq!(agree(&signed_all, &keys)?.status, want[k] as i32);
+        assert_eq!(agree(&signed_all, &keys, &id.0)?.status, want[k] as i32);
         // A tampered result is refused.
         let mut bad = signed_all.clone();
         bad[1].result.push(0);
-        assert!(agree(&bad, &keys).is_err());
+        assert!(agree(&bad, &keys, &id.0).is_err());
     }
     assert_eq!(&serials[..4], &[1, 2, 3, 4]);
     // Unknown request ids are NOT_FOUND.

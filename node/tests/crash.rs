@@ -91,7 +91,7 @@ fn write_config(dir: &Path, keys: &Path, party: u8, ports: &[[u16; 3]; 3]) -> Re
     let [o, p, m] = ports[party as usize];
     let mut s = format!(
         "party_id = {party}\ndata_dir = \"{}\"\n[listen]\norb = \"127.0.0.1:{o}\"\npeer = \"127.0.0.1:{p}\"\nmetrics = \"127.0.0.1:{m}\"\n\
-         [tls]\nca = \"{k}/ca.pem\"\ncert = \"{k}/party{party}/tls.pem\"\nkey = \"{k}/party{party}/tls.key.pem\"\n\
+         [tls]\nca = \"{k}/ca.pem\"\ncert = \"{k}/party{party}/tls.pem\"\nkey = \"{k}/party{party}/tls.key.pem\"\ngateways = [\"{k}/gateway0/tls.pem\"]\n\
          [keys]\nhpke_secret = \"{k}/party{party}/hpke.key\"\nresult_signing = \"{k}/party{party}/result-signing.key\"\n\
          orb_allow_list = \"{k}/orb-allow-list.txt\"\nnode_public_keys = \"{k}/node-public-keys.bin\"\n[batch]\ninterval_ms = 20\nrequest_timeout_ms = 60000\npeer_rpc_timeout_ms = 1000\ncommit_timeout_ms = 30000\n[matching]\nround_timeout_ms = 10000\n",
         dir.join(format!("data{party}")).display(),
@@ -99,9 +99,9 @@ fn write_config(dir: &Path, keys: &Path, party: u8, ports: &[[u16; 3]; 3]) -> Re
     );
     for peer in (0u8..3).filter(|&x| x != party) {
         s.push_str(&format!(
-            "[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"{}/party{peer}/tls.pem\"\n",
+            "[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"{k}/party{peer}/tls.pem\"\nresult_key = \"{k}/party{peer}/result-verifying.pub\"\n",
             ports[peer as usize][1],
-            keys.display()
+            k = keys.display()
         ));
     }
     let path = dir.join(format!("party{party}.toml"));
@@ -182,7 +182,7 @@ async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
     }
     let clients: Vec<OrbClient> = nodes
         .iter()
-        .map(|n| OrbClient::new(n.orb, "localhost", &keys.ca_cert()))
+        .map(|n| OrbClient::with_identity(n.orb, "localhost", &keys.ca_cert(), &keys.gateway(0)))
         .collect::<Result<_, _>>()?;
     for c in &clients {
         wait_ready(c, Duration::from_secs(30)).await?;

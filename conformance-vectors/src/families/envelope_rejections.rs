@@ -236,6 +236,37 @@ impl crate::Spec for Spec {
             0,
         )?;
 
+        // Canonical encoding: an explicit zero scalar would give the same envelope a second
+        // encoding (same digest, same signature).
+        let ts_end = varint_end(&base, 23).ok_or("timestamp")?;
+        expect_eq("serial id field", &base[ts_end..ts_end + 2], &[0x28, 77][..])?;
+        let mut zero_serial = b.patched(21, |v| *v = 1);
+        zero_serial[ts_end + 1] = 0;
+        b.reject(
+            "a uniqueness request with an explicit zero serial id",
+            bad.clone(),
+            &zero_serial,
+            0,
+        )?;
+        let enc0 = offset_of(&base, view.payload(PartyId::ALL[0]).encapsulated_key);
+        expect_eq("party 0 payload start", &base[enc0 - 2..enc0], &[0x12, 0x20][..])?;
+        let tag0 = (0..enc0 - 2)
+            .rev()
+            .find(|&i| base[i] == 0x42 && varint_end(&base, i + 1) == Some(enc0 - 2))
+            .ok_or("party 0's payload field")?;
+        let (inner_len, _) = varint(&base[tag0 + 1..]).ok_or("payload length")?;
+        let mut zero_party = base[..tag0].to_vec();
+        zero_party.push(0x42);
+        put_varint(&mut zero_party, inner_len + 2);
+        zero_party.extend_from_slice(&[0x08, 0x00]);
+        zero_party.extend_from_slice(&base[enc0 - 2..]);
+        b.reject(
+            "an explicit zero party id in party 0's payload",
+            bad.clone(),
+            &zero_party,
+            0,
+        )?;
+
         // Signature stage.
         b.reject(
             "a flipped signature bit (the payload still opens)",
@@ -407,4 +438,29 @@ impl crate::Spec for Spec {
             }
         }
     }
+}
+
+/// The value of the varint at the start of `b` and its length.
+fn varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &x) in b.iter().enumerate().take(10) {
+        v |= u64::from(x & 0x7f) << (7 * i);
+        if x < 0x80 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// Where the varint starting at `at` ends.
+fn varint_end(b: &[u8], at: usize) -> Option<usize> {
+    varint(b.get(at..)?).map(|(_, n)| at + n)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }

@@ -65,8 +65,29 @@ pub struct PipelineConfig {
     pub chunk_entries: usize,
     /// Comparisons per pass, at most: bounds each party's memory (about 100
     /// bytes per comparison at the peak of the comparison phase) and the size of
-    /// one round's message (4 bytes per comparison at most).
+    /// one round's message ([`LARGEST_MESSAGE_BYTES_PER_COMPARISON`]); see
+    /// [`PipelineConfig::largest_message_bytes`] for the bound a transport must carry.
     pub max_pass_comparisons: usize,
+}
+
+/// Bytes per comparison of the largest message one party sends in a pass: the first round of
+/// bit injection ([`crate::inject`]), where party 0 sends two masked u16 candidates for each
+/// injected bit, and the lift injects two bits per comparison (`c_15` and `C_16`). The
+/// resharing sends 4 bytes per comparison and the binary rounds at most 4 (one u32 bit plane
+/// per position); a test measures all of them.
+pub const LARGEST_MESSAGE_BYTES_PER_COMPARISON: usize = 8;
+
+/// Comparisons a pass over `pairs` compared pairs carries: 31 rotations times two eyes of
+/// `pairs`, each block padded to whole 64-bit words.
+pub fn pass_comparisons(pairs: usize) -> usize {
+    ROTATION_COUNT * 2 * words_for(pairs) * 64
+}
+
+/// The most comparisons per pass whose largest message fits in `cap` bytes: a whole number of
+/// 64-pair blocks, so the padding adds nothing.
+pub fn max_pass_comparisons_within(cap: usize) -> usize {
+    let per_block = ROTATION_COUNT * 2 * 64 * LARGEST_MESSAGE_BYTES_PER_COMPARISON;
+    (cap / per_block) * 64 * ROTATION_COUNT * 2
 }
 
 impl PipelineConfig {
@@ -78,6 +99,23 @@ impl PipelineConfig {
             chunk_entries: 4096,
             max_pass_comparisons: 1 << 20,
         }
+    }
+
+    /// The most pairs one pass compares in a batch of at most `max_batch` requests: the first
+    /// pass (each request against the earlier ones and one entry, `B (B + 1) / 2`) or a
+    /// database pass (`max_pass_comparisons / 62` pairs, but at least one entry for every
+    /// scanning request).
+    pub fn largest_pass_pairs(&self, max_batch: usize) -> usize {
+        let first = max_batch.saturating_mul(max_batch.saturating_add(1)) / 2;
+        let scan = (self.max_pass_comparisons / (ROTATION_COUNT * 2)).max(max_batch);
+        first.max(scan)
+    }
+
+    /// The largest message one party sends in any pass of a batch of at most `max_batch`
+    /// requests, in bytes: what the transport between the parties must carry in one message.
+    pub fn largest_message_bytes(&self, max_batch: usize) -> usize {
+        pass_comparisons(self.largest_pass_pairs(max_batch))
+            .saturating_mul(LARGEST_MESSAGE_BYTES_PER_COMPARISON)
     }
 }
 

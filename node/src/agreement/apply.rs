@@ -5,27 +5,42 @@ use std::sync::Arc;
 
 use prost::Message;
 use sha2::{Digest, Sha256};
-use shared_proto::v1::{BatchCommit, NodeResult, ResultStatus, SignedResult};
+use shared_proto::v1::{BatchCommit, BatchSignature, NodeResult, ResultStatus, SignedResult};
+
+use super::attest;
 
 use crate::batch::plan::{
-    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, result,
-    Planned,
+    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, Planned,
 };
 use crate::batch::{ApplyError, EvalContext, EvalError, EvalRequest, Outcome};
 use crate::ids::{EnvelopeDigest, RequestId, SerialId};
-use crate::node::{now_ms, NodeState};
+use crate::node::NodeState;
 use crate::store::{BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite};
 
-/// Applies a committed batch on this node: evaluates, assigns serial ids,
-/// signs and durably stores the results. Idempotent for batches already
-/// applied. Returns the SHA-256 over the batch's encoded results.
+/// What applying a batch gave: what the node answers party 0 in its ack.
+#[derive(Clone, Debug)]
+pub struct Applied {
+    /// SHA-256 over the batch's encoded results, in commit order.
+    pub results_digest: [u8; 32],
+    /// The batch digest this node attested (see [`BatchSignature`]).
+    pub batch_digest: [u8; 32],
+    /// This node's attestation of it.
+    pub signature: BatchSignature,
+}
+
+/// Applies a committed batch on this node: evaluates (or, for recorded
+/// outcomes, checks both other parties' attestations), assigns serial ids,
+/// signs and durably stores the results and its attestation of the batch.
+/// Idempotent for batches already applied.
 ///
 /// # Errors
-/// [`ApplyError`]; nothing is stored then.
+/// [`ApplyError`]; nothing is stored then. Recorded outcomes without both
+/// other parties' valid attestations are [`ApplyError::Unattested`]: logged
+/// and counted in `ocelli_batches_total{outcome="refused_unattested"}`.
 pub async fn apply_commit(
     state: &Arc<NodeState>,
     commit: BatchCommit,
-) -> Result<[u8; 32], ApplyError> {
+) -> Result<Applied, ApplyError> {
     let guard = state.apply_lock.clone().lock_owned().await;
     let st = state.clone();
     let runtime = tokio::runtime::Handle::current();
@@ -41,14 +56,38 @@ fn apply_blocking(
     state: &Arc<NodeState>,
     commit: &BatchCommit,
     runtime: tokio::runtime::Handle,
-) -> Result<[u8; 32], ApplyError> {
+) -> Result<Applied, ApplyError> {
     let meta = state.store.meta()?;
     if commit.batch_id <= meta.last_applied_batch {
         if let Some(b) = state.store.batch(commit.batch_id)? {
-            return Ok(b.results_digest);
+            return already_applied(state, commit.batch_id, &b);
         }
     }
     check_commit(commit, &meta)?;
+    let envelope_digests = committed_digests(state, commit)?;
+    let mut signatures = Vec::new();
+    if commit.outcomes_recorded {
+        let digest = attest::batch_digest(commit, &envelope_digests, &commit.outcomes);
+        match attest::by_both_others(state, &commit.signatures, &digest) {
+            Ok(valid) => signatures = valid,
+            Err(party) => {
+                tracing::error!(
+                    batch_id = commit.batch_id,
+                    party,
+                    "refused recorded outcomes not attested by both other nodes"
+                );
+                state
+                    .metrics
+                    .batches
+                    .with_label_values(&["refused_unattested"])
+                    .inc();
+                return Err(ApplyError::Unattested {
+                    batch_id: commit.batch_id,
+                    party,
+                });
+            }
+        }
+    }
     let held = read_committed(state, commit)?;
     let outcomes = if commit.outcomes_recorded {
         recorded_outcomes(commit, held.eval.len())?
@@ -58,6 +97,11 @@ fn apply_blocking(
     let mut recorded_commit = commit.clone();
     recorded_commit.outcomes_recorded = true;
     recorded_commit.outcomes = outcomes.iter().map(record_outcome).collect();
+    // Computed here, or attested by both others: this node attests it too.
+    let batch_digest = attest::batch_digest(commit, &envelope_digests, &recorded_commit.outcomes);
+    let own = attest::sign(state, &batch_digest);
+    signatures.push(own.clone());
+    recorded_commit.signatures = signatures;
 
     let db = state.shares();
     let Planned {
@@ -94,12 +138,91 @@ fn apply_blocking(
         );
     }
     let batch = (commit.batch_id, recorded_commit.encode_to_vec());
-    let digest = write(state, Some(batch), finals, shares, next_serial)?;
+    let results_digest = write(state, Some(batch), finals, shares, next_serial)?;
     state
         .metrics
         .last_batch
         .set(i64::try_from(commit.batch_id).unwrap_or(i64::MAX));
-    Ok(digest)
+    Ok(Applied {
+        results_digest,
+        batch_digest,
+        signature: own,
+    })
+}
+
+/// The envelope digests this node holds for the requests a commit runs, in order (empty
+/// for one it does not hold: its attestation then cannot match the others').
+fn committed_digests(state: &NodeState, commit: &BatchCommit) -> Result<Vec<Vec<u8>>, ApplyError> {
+    commit
+        .request_ids
+        .iter()
+        .map(|raw| {
+            Ok(match RequestId::from_slice(raw) {
+                Some(id) => state
+                    .store
+                    .request(&id)?
+                    .map(|r| r.digest)
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            })
+        })
+        .collect()
+}
+
+/// The answer for a batch already in the batch log: its results digest and this node's
+/// attestation, re-derived from the logged commit.
+fn already_applied(
+    state: &NodeState,
+    batch_id: u64,
+    b: &crate::store::StoredBatch,
+) -> Result<Applied, ApplyError> {
+    let logged = BatchCommit::decode(b.commit.as_slice()).map_err(|_| {
+        ApplyError::Recorded(format!("batch {batch_id} in the batch log is corrupt"))
+    })?;
+    let digests = committed_digests(state, &logged)?;
+    let batch_digest = attest::batch_digest(&logged, &digests, &logged.outcomes);
+    Ok(Applied {
+        results_digest: b.results_digest,
+        batch_digest,
+        signature: attest::sign(state, &batch_digest),
+    })
+}
+
+/// Stores more attestations of the last applied batch `batch_id` in the batch log (party 0,
+/// once the peers' acks are in). Nothing happens if a later batch was applied meanwhile.
+///
+/// # Errors
+/// Storage failure.
+pub(crate) async fn record_signatures(
+    state: &Arc<NodeState>,
+    batch_id: u64,
+    more: Vec<BatchSignature>,
+) -> Result<(), ApplyError> {
+    let guard = state.apply_lock.clone().lock_owned().await;
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let _guard = guard;
+        let meta = st.store.meta()?;
+        if meta.last_applied_batch != batch_id {
+            return Ok(());
+        }
+        let Some(b) = st.store.batch(batch_id)? else {
+            return Ok(());
+        };
+        let Ok(mut logged) = BatchCommit::decode(b.commit.as_slice()) else {
+            return Ok(());
+        };
+        attest::merge(&mut logged.signatures, &more);
+        st.store.apply_batch(&BatchWrite {
+            batch: Some((batch_id, logged.encode_to_vec(), b.results_digest)),
+            finals: Vec::new(),
+            shares: Vec::new(),
+            next_serial: meta.next_serial,
+        })?;
+        Ok(())
+    })
+    .await
+    .map_err(|_| ApplyError::Join)?
 }
 
 /// The committed requests as this node holds them.
@@ -303,47 +426,6 @@ pub(crate) fn finish_in_memory(
     }
 }
 
-/// Finalises, on this node alone, pending requests that no batch took
-/// within `2 x request_timeout` (parties 1 and 2; party 0 times requests
-/// out through its batches).
-///
-/// # Errors
-/// Storage failure.
-pub async fn sweep_expired(state: &Arc<NodeState>) -> Result<usize, ApplyError> {
-    let guard = state.apply_lock.clone().lock_owned().await;
-    let st = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let _guard = guard;
-        let timeout = st.config.batch.request_timeout_ms.saturating_mul(2);
-        let cutoff = now_ms().saturating_sub(timeout);
-        let expired = st.queue().expired(cutoff);
-        if expired.is_empty() {
-            return Ok(0);
-        }
-        let meta = st.store.meta()?;
-        let mut finals = Finals::default();
-        for c in &expired {
-            let Some(record) = st.store.request(&c.id)? else {
-                continue;
-            };
-            let r = result(
-                &c.id,
-                &c.digest.0,
-                ResultStatus::TimedOut,
-                0,
-                "timed out: never proposed in a batch",
-            );
-            finals.sign(&st, c.id, record, &r, None);
-        }
-        let n = finals.writes.len();
-        write(&st, None, finals, Vec::new(), meta.next_serial)?;
-        tracing::info!(count = n, "pending requests timed out locally");
-        Ok(n)
-    })
-    .await
-    .map_err(|_| ApplyError::Join)?
-}
-
 /// The metrics label of a result status.
 pub fn status_label(status: i32) -> &'static str {
     match ResultStatus::try_from(status) {
@@ -358,6 +440,7 @@ pub fn status_label(status: i32) -> &'static str {
         Ok(ResultStatus::TimedOut) => "timed_out",
         Ok(ResultStatus::UnknownSerialId) => "unknown_serial_id",
         Ok(ResultStatus::DigestMismatch) => "digest_mismatch",
+        Ok(ResultStatus::Unopenable) => "unopenable",
         _ => "unspecified",
     }
 }

@@ -11,7 +11,8 @@ use std::time::Instant;
 use prost::Message;
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
-    BatchAbort, BatchCommit, BatchItem, BatchProposal, BatchVote, FetchBatchRequest, Vote,
+    BatchAbort, BatchCommit, BatchCommitAck, BatchItem, BatchProposal, BatchVote,
+    FetchBatchRequest, Vote,
 };
 use tokio::sync::watch;
 use tonic::transport::Channel;
@@ -218,15 +219,31 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         timed_out: Vec::new(),
         next_serial_id: meta.next_serial,
         digest_mismatch: Vec::new(),
+        unopenable: Vec::new(),
         // A fresh name per attempt, so no link of a failed attempt is reused.
         mpc_session: rand::random(),
         outcomes_recorded: false,
         outcomes: Vec::new(),
+        signatures: Vec::new(),
     };
-    tally(&candidates, &votes, cutoff, &mut commit);
+    // Party 0 votes too: a request it cannot open cannot be evaluated either.
+    let unopenable_here: std::collections::HashSet<RequestId> = candidates
+        .iter()
+        .filter(|c| !opens(state, &c.id))
+        .map(|c| c.id)
+        .collect();
+    tally(
+        &candidates,
+        &votes,
+        cutoff,
+        |id| !unopenable_here.contains(id),
+        &mut commit,
+    );
+    expired_at_peers(state, &votes, &mut commit)?;
     if commit.request_ids.is_empty()
         && commit.timed_out.is_empty()
         && commit.digest_mismatch.is_empty()
+        && commit.unopenable.is_empty()
     {
         abort(peers, batch_id, timeout).await;
         return Ok(Round::NothingAgreed);
@@ -242,9 +259,30 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
     }));
     let (ours, theirs) = tokio::join!(apply_commit(state, commit.clone()), remote);
     let ours = ours.map_err(|source| RoundError::Apply { batch_id, source })?;
+    let mut attestations = Vec::new();
     for (party, r) in theirs {
         match r {
-            Ok(theirs) if theirs == ours => {}
+            Ok(ack) if ack.results_digest == ours.results_digest => {
+                // Kept for replays: a peer that misses this batch applies it only with the
+                // attestations of both other parties.
+                match ack.signature {
+                    Some(s)
+                        if s.party_id == u32::from(party)
+                            && super::attest::valid_peer_signature(
+                                state,
+                                &s,
+                                &ours.batch_digest,
+                            ) =>
+                    {
+                        attestations.push(s)
+                    }
+                    _ => tracing::error!(
+                        batch_id,
+                        party,
+                        "peer's batch attestation is missing or invalid"
+                    ),
+                }
+            }
             Ok(_) => {
                 tracing::error!(batch_id, party, "peer results differ from ours");
                 state
@@ -263,6 +301,11 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
             }
         }
     }
+    if !attestations.is_empty() {
+        super::apply::record_signatures(state, batch_id, attestations)
+            .await
+            .map_err(|source| RoundError::Apply { batch_id, source })?;
+    }
     state
         .metrics
         .batch_latency
@@ -276,14 +319,74 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
     Ok(Round::Committed { batch_id, size })
 }
 
+/// Adds to `commit.timed_out` the requests a peer reports expired that this node never
+/// received (nothing in its request log): no batch would ever propose them otherwise. One it
+/// holds is proposed from its own queue and timed out by [`tally`] if need be.
+fn expired_at_peers(
+    state: &NodeState,
+    votes: &BTreeMap<u8, BatchVote>,
+    commit: &mut BatchCommit,
+) -> Result<(), StoreError> {
+    let mut named: std::collections::HashSet<Vec<u8>> = commit
+        .request_ids
+        .iter()
+        .cloned()
+        .chain(
+            commit
+                .timed_out
+                .iter()
+                .chain(&commit.digest_mismatch)
+                .chain(&commit.unopenable)
+                .map(|i| i.request_id.clone()),
+        )
+        .collect();
+    for item in votes.values().flat_map(|v| &v.expired) {
+        let Some(id) = RequestId::from_slice(&item.request_id) else {
+            continue;
+        };
+        if digest_of(&item.envelope_digest).is_none() || named.contains(&item.request_id) {
+            continue;
+        }
+        if state.store.request(&id)?.is_some() {
+            continue;
+        }
+        named.insert(item.request_id.clone());
+        commit.timed_out.push(item.clone());
+    }
+    Ok(())
+}
+
 async fn send_commit(
     client: &PeerServiceClient<Channel>,
     commit: &BatchCommit,
     timeout: std::time::Duration,
-) -> Result<Vec<u8>, PeerFailure> {
+) -> Result<BatchCommitAck, PeerFailure> {
     let mut client = client.clone();
     let r = tokio::time::timeout(timeout, client.commit_batch(commit.clone())).await;
-    PeerFailure::of(r).map(|ack| ack.results_digest)
+    PeerFailure::of(r)
+}
+
+/// Batch `batch_id` from `party`'s batch log.
+async fn fetch_from(
+    state: &NodeState,
+    peers: &Peers,
+    party: u8,
+    batch_id: u64,
+) -> Result<BatchCommit, RoundError> {
+    let mut c = peers
+        .client(party)
+        .ok_or(RoundError::UnknownPeer(party))?
+        .clone();
+    let r = tokio::time::timeout(
+        state.config.batch.peer_rpc_timeout(),
+        c.fetch_batch(FetchBatchRequest { batch_id }),
+    )
+    .await;
+    PeerFailure::of(r).map_err(|failure| RoundError::Peer {
+        party,
+        call: "batch fetch",
+        failure,
+    })
 }
 
 async fn abort(peers: &Peers, batch_id: u64, timeout: std::time::Duration) {
@@ -309,8 +412,19 @@ async fn catch_up(
     );
     for id in from..=to {
         let b = state.store.batch(id)?.ok_or(RoundError::MissingBatch(id))?;
-        let commit =
+        let mut commit =
             BatchCommit::decode(b.commit.as_slice()).map_err(|_| RoundError::CorruptBatch(id))?;
+        // The peer applies the recorded outcomes only with the attestations of both other
+        // parties: this node's, and the third's (from its ack, or else from its batch log).
+        let third = 3 - party;
+        if !commit
+            .signatures
+            .iter()
+            .any(|s| s.party_id == u32::from(third))
+        {
+            let theirs = fetch_from(state, peers, third, id).await?;
+            super::attest::merge(&mut commit.signatures, &theirs.signatures);
+        }
         let theirs = send_commit(client, &commit, state.config.batch.commit_timeout())
             .await
             .map_err(|failure| RoundError::Peer {
@@ -318,7 +432,7 @@ async fn catch_up(
                 call: "replayed commit",
                 failure,
             })?;
-        if theirs != b.results_digest {
+        if theirs.results_digest != b.results_digest {
             tracing::error!(batch_id = id, party, "replayed batch: peer results differ");
         }
     }
@@ -334,7 +448,6 @@ async fn fetch_missed(
     from: u64,
     to: u64,
 ) -> Result<(), RoundError> {
-    let client = peers.client(party).ok_or(RoundError::UnknownPeer(party))?;
     tracing::warn!(
         party,
         from,
@@ -342,17 +455,19 @@ async fn fetch_missed(
         "a peer applied batches this node lacks; fetching them"
     );
     for id in from..=to {
-        let mut c = client.clone();
-        let r = tokio::time::timeout(
-            state.config.batch.peer_rpc_timeout(),
-            c.fetch_batch(FetchBatchRequest { batch_id: id }),
-        )
-        .await;
-        let commit = PeerFailure::of(r).map_err(|failure| RoundError::Peer {
-            party,
-            call: "batch fetch",
-            failure,
-        })?;
+        let mut commit = fetch_from(state, peers, party, id).await?;
+        // Applied only with both peers' attestations: the other peer's comes from its own
+        // batch log if `party`'s lacks it.
+        let other = 3 - party;
+        if !commit
+            .signatures
+            .iter()
+            .any(|s| s.party_id == u32::from(other))
+        {
+            if let Ok(theirs) = fetch_from(state, peers, other, id).await {
+                super::attest::merge(&mut commit.signatures, &theirs.signatures);
+            }
+        }
         if !commit.outcomes_recorded {
             return Err(RoundError::NotRecorded {
                 party,
@@ -411,15 +526,24 @@ pub fn catching_up(last_applied: u64, votes: &BTreeMap<u8, BatchVote>) -> Catchi
     }
 }
 
+/// Whether this node can open its payload of the held request `id` (checked once, at
+/// intake or when the node started: decrypting at every vote would slow every round).
+fn opens(state: &NodeState, id: &RequestId) -> bool {
+    !state.unopenable.contains(id)
+}
+
 /// Sorts the proposed `candidates` into `commit` by the peers' votes (one
 /// vote per candidate, in order; an absent or unknown vote counts as
-/// missing): run when every peer accepted; recorded as a digest mismatch
-/// when a peer holds another envelope; timed out when received before
-/// `cutoff_ms` or already final at a peer. The rest stay pending.
+/// missing) and by whether party 0 opens them (`opens_here`): run when every
+/// peer accepted and party 0 opens it; recorded as a digest mismatch when a
+/// peer holds another envelope; as unopenable when a node cannot open its
+/// payload (no three-party evaluation is possible); timed out when received
+/// before `cutoff_ms` or already final at a peer. The rest stay pending.
 pub fn tally(
     candidates: &[Candidate],
     votes: &BTreeMap<u8, BatchVote>,
     cutoff_ms: u64,
+    opens_here: impl Fn(&RequestId) -> bool,
     commit: &mut BatchCommit,
 ) {
     for (i, c) in candidates.iter().enumerate() {
@@ -436,10 +560,13 @@ pub fn tally(
             request_id: c.id.0.to_vec(),
             envelope_digest: c.digest.0.to_vec(),
         };
-        if vs.iter().all(|v| *v == Vote::Accept) {
+        let opens = opens_here(&c.id);
+        if opens && vs.iter().all(|v| *v == Vote::Accept) {
             commit.request_ids.push(c.id.0.to_vec());
         } else if vs.contains(&Vote::DigestMismatch) {
             commit.digest_mismatch.push(item());
+        } else if !opens || vs.contains(&Vote::Unopenable) {
+            commit.unopenable.push(item());
         } else if c.received_ms < cutoff_ms || vs.contains(&Vote::AlreadyFinal) {
             commit.timed_out.push(item());
         }
@@ -455,18 +582,43 @@ pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, St
         meta.last_applied_batch,
         proposal,
         |id| matches!(state.store.request(id), Ok(Some(r)) if r.state() == Some(RequestState::Final)),
+        |id| opens(state, id),
     ))
+    .map(|mut v| {
+        // What only a peer holds: party 0 never proposes it, so it must hear of it to time
+        // it out for all three (parties 1 and 2 never do so on their own).
+        let proposed: std::collections::HashSet<&[u8]> = proposal
+            .items
+            .iter()
+            .map(|i| i.request_id.as_slice())
+            .collect();
+        let cutoff = now_ms().saturating_sub(state.config.batch.request_timeout_ms);
+        v.expired = q
+            .expired(cutoff)
+            .into_iter()
+            .filter(|c| !proposed.contains(&c.id.0[..]))
+            .take(state.config.batch.max_size)
+            .map(|c| BatchItem {
+                request_id: c.id.0.to_vec(),
+                envelope_digest: c.digest.0.to_vec(),
+            })
+            .collect();
+        v
+    })
 }
 
 /// Votes on a proposal against this node's pending `queue`, reserving the
 /// accepted requests for it. A node whose last applied batch is not the one
 /// before the proposal's votes "missing" on everything. `is_final` says
-/// whether the request log holds a request as final.
+/// whether the request log holds a request as final; `opens` whether this
+/// node can open its payload of a held request (one it cannot is voted
+/// unopenable and not reserved).
 pub fn vote_on(
     queue: &mut PendingQueue,
     last_applied: u64,
     proposal: &BatchProposal,
     is_final: impl Fn(&RequestId) -> bool,
+    opens: impl Fn(&RequestId) -> bool,
 ) -> BatchVote {
     let behind = proposal.batch_id != last_applied + 1;
     queue.release_all_but(Some(proposal.batch_id));
@@ -476,6 +628,7 @@ pub fn vote_on(
         let want = digest_of(&item.envelope_digest);
         let v = match (id, want) {
             (Some(id), Some(want)) if !behind => match queue.digest(&id) {
+                Some(d) if d == want && !opens(&id) => Vote::Unopenable,
                 Some(d) if d == want => {
                     queue.reserve(&id, proposal.batch_id);
                     Vote::Accept
@@ -494,5 +647,6 @@ pub fn vote_on(
         batch_id: proposal.batch_id,
         votes,
         last_applied_batch_id: last_applied,
+        expired: Vec::new(),
     }
 }

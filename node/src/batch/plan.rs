@@ -63,6 +63,7 @@ pub(crate) fn check_commit(commit: &BatchCommit, meta: &Meta) -> Result<(), Appl
         .timed_out
         .iter()
         .chain(&commit.digest_mismatch)
+        .chain(&commit.unopenable)
         .filter_map(|item| RequestId::from_slice(&item.request_id));
     let mut named = HashSet::new();
     for id in committed_ids(commit).chain(listed) {
@@ -269,6 +270,19 @@ pub(crate) fn plan(
         }
     }
 
+    for item in &commit.unopenable {
+        if let Some(id) = RequestId::from_slice(&item.request_id) {
+            let r = result(
+                &id,
+                &item.envelope_digest,
+                ResultStatus::Unopenable,
+                batch_id,
+                "a node could not open its payload; nothing was evaluated or changed",
+            );
+            results.push((id, placeholder_record(&item.envelope_digest), r));
+        }
+    }
+
     Planned {
         results,
         shares: share_writes,
@@ -320,6 +334,7 @@ fn placeholder_record(digest: &[u8]) -> RequestRecord {
         serial_id: 0,
         or_policy: false,
         batch_id: 0,
+        submitter: Vec::new(),
     }
 }
 

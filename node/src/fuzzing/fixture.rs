@@ -132,6 +132,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         peer_fixture::LAST_APPLIED_BATCH,
         &proposal,
         |_| false,
+        |_| true,
     );
     // A peer that has already answered the second request and holds another envelope
     // under the third.
@@ -144,6 +145,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         peer_fixture::LAST_APPLIED_BATCH,
         &partial,
         |id| id.0 == peer_fixture::FINAL_REQUEST,
+        |_| true,
     );
     let mut ahead = accept_all.clone();
     ahead.last_applied_batch_id = peer_fixture::LAST_APPLIED_BATCH + 2;
@@ -251,6 +253,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 &BatchCommitAck {
                     batch_id: peer_fixture::LAST_APPLIED_BATCH + 1,
                     results_digest: vec![0x5a; 32],
+                    signature: None,
                 },
             ),
         ),
@@ -362,7 +365,13 @@ fn fixture_commit(candidates: &[Candidate], vote: &BatchVote) -> BatchCommit {
         mpc_session: peer_fixture::MPC_SESSION,
         ..BatchCommit::default()
     };
-    tally(candidates, &votes, peer_fixture::CUTOFF_MS, &mut commit);
+    tally(
+        candidates,
+        &votes,
+        peer_fixture::CUTOFF_MS,
+        |_| true,
+        &mut commit,
+    );
     commit
 }
 

@@ -19,6 +19,51 @@ use crate::ids::RequestId;
 use crate::intake::{RejectReason, Rejection};
 use crate::node::{now_ms, NodeState};
 use crate::store::{RequestRecord, RequestState};
+use crate::tls::{OrbCaller, OrbClients, OrbRole};
+
+/// Authenticates every orb-API call (`OrbService` and `Health`) by the client certificate the
+/// TLS handshake verified and pinned, and hands the [`OrbCaller`] to the handlers. A caller
+/// without one gets UNAUTHENTICATED and nothing else.
+#[derive(Clone, Debug)]
+pub struct Authenticate(pub OrbClients);
+
+impl tonic::service::Interceptor for Authenticate {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let caller = request
+            .peer_certs()
+            .and_then(|certs| certs.first().and_then(|c| self.0.caller_of(c)))
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "the orb API needs a gateway or results-consumer client certificate",
+                )
+            })?;
+        request.extensions_mut().insert(caller);
+        Ok(request)
+    }
+}
+
+fn caller<T>(request: &Request<T>) -> Result<OrbCaller, Status> {
+    request
+        .extensions()
+        .get::<OrbCaller>()
+        .copied()
+        .ok_or_else(|| Status::unauthenticated("no authenticated caller"))
+}
+
+/// [`may_read`] by the request's record in the store.
+fn may_read_now(state: &NodeState, caller: &OrbCaller, id: &RequestId) -> bool {
+    caller.role == OrbRole::ResultsConsumer
+        || matches!(state.store.request(id), Ok(r) if may_read(caller, r.as_ref()))
+}
+
+/// Whether `caller` may read the result of a request whose record is `record`: a results
+/// consumer reads every result, a gateway only those of the requests it submitted.
+fn may_read(caller: &OrbCaller, record: Option<&RequestRecord>) -> bool {
+    match caller.role {
+        OrbRole::ResultsConsumer => true,
+        OrbRole::Gateway => record.is_some_and(|r| r.submitter == caller.id),
+    }
+}
 
 /// `OrbService` and `Health` over one node state.
 #[derive(Debug, Clone)]
@@ -77,6 +122,12 @@ impl OrbService for OrbApi {
                 "node is shutting down; retry on restart",
             )));
         }
+        let who = caller(&request)?;
+        if who.role != OrbRole::Gateway {
+            return Err(Status::permission_denied(
+                "only a gateway submits envelopes",
+            ));
+        }
         let _permit = self
             .limit
             .acquire()
@@ -100,6 +151,7 @@ impl OrbService for OrbApi {
                 serial_id: accepted.serial_id,
                 or_policy: accepted.or_policy,
                 batch_id: 0,
+                submitter: who.id.to_vec(),
             };
             let inserted = st
                 .store
@@ -147,16 +199,16 @@ impl OrbService for OrbApi {
         &self,
         request: Request<GetResultRequest>,
     ) -> Result<Response<SignedResult>, Status> {
+        let who = caller(&request)?;
         let id = parse_id(&request.into_inner().request_id)?;
         let st = self.state.clone();
         let (result, known) = tokio::task::spawn_blocking(move || {
-            let r = st.store.result(&id)?;
-            let k = if r.is_none() {
-                st.store.request(&id)?.is_some()
-            } else {
-                true
-            };
-            Ok::<_, crate::store::StoreError>((r, k))
+            let record = st.store.request(&id)?;
+            // Another gateway's request reads exactly like an unknown one.
+            if !may_read(&who, record.as_ref()) {
+                return Ok((None, false));
+            }
+            Ok::<_, crate::store::StoreError>((st.store.result(&id)?, record.is_some()))
         })
         .await
         .map_err(|_| Status::internal("lookup failed"))?
@@ -178,7 +230,34 @@ impl OrbService for OrbApi {
         &self,
         request: Request<StreamResultsRequest>,
     ) -> Result<Response<Self::StreamResultsStream>, Status> {
+        let who = caller(&request)?;
         let ids = parse_ids(&request.into_inner().request_ids)?;
+        match who.role {
+            OrbRole::ResultsConsumer => {}
+            OrbRole::Gateway if ids.is_empty() => {
+                return Err(Status::permission_denied(
+                    "only a results consumer streams every result; a gateway names its requests",
+                ))
+            }
+            OrbRole::Gateway => {
+                let st = self.state.clone();
+                let wanted = ids.clone();
+                // An id not received yet may be waited for (its result is checked again
+                // before it is sent); one another gateway submitted reads as unknown.
+                let all_own = tokio::task::spawn_blocking(move || {
+                    wanted.iter().all(|id| match st.store.request(id) {
+                        Ok(None) => true,
+                        Ok(r) => may_read(&who, r.as_ref()),
+                        Err(_) => false,
+                    })
+                })
+                .await
+                .map_err(|_| Status::internal("lookup failed"))?;
+                if !all_own {
+                    return Err(Status::not_found("unknown request id"));
+                }
+            }
+        }
         // Subscribe before reading the store so nothing falls in between.
         let mut rx = self.state.results_tx.subscribe();
         let (tx, out) = tokio::sync::mpsc::channel::<Result<SignedResult, Status>>(64);
@@ -187,6 +266,9 @@ impl OrbService for OrbApi {
             let mut waiting = ids.clone();
             let filtered = !ids.is_empty();
             for id in &ids {
+                if !may_read_now(&st, &who, id) {
+                    continue;
+                }
                 if let Ok(Some(b)) = st.store.result(id) {
                     if let Ok(s) = SignedResult::decode(b.as_slice()) {
                         waiting.remove(id);
@@ -203,7 +285,11 @@ impl OrbService for OrbApi {
                             .ok()
                             .and_then(|r| RequestId::from_slice(&r.request_id));
                         let wanted = match id {
-                            Some(id) => !filtered || waiting.remove(&id),
+                            Some(id) => {
+                                (!filtered || waiting.contains(&id))
+                                    && may_read_now(&st, &who, &id)
+                                    && (!filtered || waiting.remove(&id))
+                            }
                             None => false,
                         };
                         if wanted && tx.send(Ok((*s).clone())).await.is_err() {
@@ -232,8 +318,9 @@ impl OrbService for OrbApi {
 impl Health for OrbApi {
     async fn check(
         &self,
-        _: Request<HealthCheckRequest>,
+        request: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
+        caller(&request)?;
         Ok(Response::new(health(&self.state)))
     }
 }
@@ -245,9 +332,6 @@ pub fn health(state: &NodeState) -> HealthCheckResponse {
         live: true,
         ready,
         party_id: u32::from(state.party),
-        // The gauge, not the share database: an async handler must never wait
-        // on the lock a long blocking evaluation holds.
-        enrolled: u64::try_from(state.metrics().enrolled.get()).unwrap_or(0),
         pending: state.pending_len() as u64,
         detail: if state.is_draining() {
             "shutting down".to_owned()

@@ -78,10 +78,12 @@ impl PeerService for PeerApi {
         let commit = request.into_inner();
         let batch_id = commit.batch_id;
         match apply_commit(&self.state, commit).await {
-            Ok(d) => Ok(Response::new(BatchCommitAck {
+            Ok(applied) => Ok(Response::new(BatchCommitAck {
                 batch_id,
-                results_digest: d.to_vec(),
+                results_digest: applied.results_digest.to_vec(),
+                signature: Some(applied.signature),
             })),
+            Err(e @ ApplyError::Unattested { .. }) => Err(Status::permission_denied(e.to_string())),
             Err(e @ ApplyError::Behind { .. }) => Err(Status::failed_precondition(e.to_string())),
             Err(e @ ApplyError::SerialMismatch { .. }) => {
                 tracing::error!(batch_id, error = %e, "refusing a commit");

@@ -325,6 +325,7 @@ mod tests {
             serial_id: 0,
             or_policy: false,
             batch_id: 0,
+            submitter: Vec::new(),
         }
     }
 

@@ -181,7 +181,24 @@ impl Cluster {
         &self.nodes[i].as_ref().expect("node running").state
     }
 
+    /// Gateway 0's client of node `i`.
     pub fn client(&self, i: usize) -> OrbClient {
+        self.client_as(i, &self.keys.gateway(0))
+    }
+
+    /// A client of node `i` with the identity in directory `identity` (see `KeygenOutput`).
+    pub fn client_as(&self, i: usize, identity: &Path) -> OrbClient {
+        OrbClient::with_identity(
+            self.configs[i].listen.orb,
+            "localhost",
+            &self.keys.ca_cert(),
+            identity,
+        )
+        .expect("client")
+    }
+
+    /// A client of node `i` holding only the CA certificate.
+    pub fn stranger(&self, i: usize) -> OrbClient {
         OrbClient::new(
             self.configs[i].listen.orb,
             "localhost",

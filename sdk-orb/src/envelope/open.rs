@@ -90,7 +90,12 @@ pub fn decode_payload(
     while let Some((field, v)) = r.next(5)? {
         match field {
             1 => version = Some(v.varint()?),
-            2 => payload_party = v.varint()?,
+            2 => {
+                payload_party = match v.varint()? {
+                    0 => return Err(EnvelopeError::Malformed("explicit zero party_id")),
+                    p => p,
+                }
+            }
             3 => rid = Some(*fixed::<REQUEST_ID_BYTES>(v, "payload request_id")?),
             _ => {
                 let (eye, names) = if field == 4 {

@@ -49,7 +49,14 @@ pub(crate) fn parse_sealed(
     let mut ct = None;
     while let Some((field, v)) = r.next(3)? {
         match field {
-            1 => party = v.varint()?,
+            // Canonical proto3 omits a zero scalar: an explicit zero would give the same
+            // envelope a second encoding.
+            1 => {
+                party = match v.varint()? {
+                    0 => return Err(EnvelopeError::Malformed("explicit zero party_id")),
+                    p => p,
+                }
+            }
             2 => enc = Some(fixed::<ENCAPSULATED_KEY_BYTES>(v, "encapsulated_key")?),
             _ => ct = Some(v.bytes()?),
         }
@@ -108,7 +115,12 @@ impl<'a> EnvelopeView<'a> {
                     );
                 }
                 4 => timestamp_ms = v.varint()?,
-                5 => serial_id = v.varint()?,
+                5 => {
+                    serial_id = match v.varint()? {
+                        0 => return Err(EnvelopeError::Malformed("explicit zero serial_id")),
+                        id => id,
+                    }
+                }
                 6 => {
                     or_policy = match v.varint()? {
                         1 => true,

@@ -356,3 +356,65 @@ fn decisions_equal_the_plaintext_reference_on_thousands_of_pairs() {
         assert_eq!(party, &expected);
     }
 }
+
+/// The bytes per comparison the transport bound relies on, measured: the largest message any
+/// party receives during a batch is exactly 8 bytes per comparison of its largest pass, and
+/// within [`PipelineConfig::largest_message_bytes`].
+#[test]
+fn the_largest_message_is_eight_bytes_per_comparison() {
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    let db_shares: Vec<Box<PartyShares>> = (0..10)
+        .map(|_| synthetic::random_shares(&mut rng))
+        .collect();
+    let queries: Vec<Box<PartyShares>> =
+        (0..2).map(|_| synthetic::random_shares(&mut rng)).collect();
+    let config = PipelineConfig {
+        chunk_entries: 4096,
+        max_pass_comparisons: 1 << 20,
+        ..PipelineConfig::with_threshold(DEFAULT_THRESHOLD)
+    };
+    let out = run_three(3, |s| {
+        let mut db = MatchDb::new();
+        for (d, shares) in db_shares.iter().enumerate() {
+            db.push(d as u64 + 1, shares);
+        }
+        let requests: Vec<PipelineRequest<'_>> = queries
+            .iter()
+            .map(|q| PipelineRequest {
+                shares: q,
+                target: Target::Database,
+                against_earlier: true,
+                candidate: true,
+                or_policy: false,
+            })
+            .collect();
+        evaluate(s, &CpuEngine::new(), &db, &requests, &config).expect("pipeline")
+    });
+    let largest = out
+        .iter()
+        .flat_map(|(_, _, view)| view.iter().map(|(_, m)| m.len()))
+        .max()
+        .unwrap_or(0);
+    // The database pass is the largest: 2 requests x 10 entries.
+    assert_eq!(
+        largest,
+        LARGEST_MESSAGE_BYTES_PER_COMPARISON * pass_comparisons(20)
+    );
+    assert!(largest <= config.largest_message_bytes(2));
+}
+
+#[test]
+fn the_pass_bound_fits_its_cap_exactly() {
+    let cap = 64 << 20;
+    let c = max_pass_comparisons_within(cap);
+    let config = PipelineConfig {
+        max_pass_comparisons: c,
+        ..PipelineConfig::with_threshold(DEFAULT_THRESHOLD)
+    };
+    assert!(config.largest_message_bytes(64) <= cap);
+    let over = PipelineConfig {
+        max_pass_comparisons: c + 62 * 64,
+        ..config
+    };
+    assert!(over.largest_message_bytes(64) > cap);
+}

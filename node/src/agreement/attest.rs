@@ -1,0 +1,119 @@
+//! Batch attestations: no node signs or applies an outcome it has not computed itself in the
+//! MPC, or seen signed by both other nodes for that exact batch.
+//!
+//! Each node, when it applies a batch, signs a canonical digest of what the batch decided
+//! (batch id, next serial id, the requests run with the envelope digests it holds, the
+//! recorded outcomes, and the timed-out, digest-mismatch and unopenable items) with its result
+//! key, in a domain of its own (`ocelli/v1/batch`). Peers return theirs in the commit ack;
+//! party 0 keeps all three in its batch log; a node keeps its own and the ones it verified.
+//! Recorded outcomes (a replay, a fetched batch, a commit that claims them) are applied only
+//! with valid signatures of both other parties, checked with their pinned keys: one node,
+//! party 0 included, cannot make another sign an outcome the MPC did not open.
+
+use prost::Message;
+use sha2::{Digest, Sha256};
+use shared_proto::v1::{BatchCommit, BatchItem, BatchSignature, RecordedOutcome};
+
+use crate::keys::batch_signing_message;
+use crate::node::NodeState;
+
+const DIGEST_DOMAIN: &[u8] = b"ocelli/v1/batch-digest";
+
+/// The digest a batch attestation signs (see `BatchSignature` in node.proto).
+/// `envelope_digests` are the digests this node holds for `commit.request_ids`, in order.
+pub fn batch_digest(
+    commit: &BatchCommit,
+    envelope_digests: &[Vec<u8>],
+    outcomes: &[RecordedOutcome],
+) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(DIGEST_DOMAIN);
+    h.update(commit.batch_id.to_be_bytes());
+    h.update(commit.next_serial_id.to_be_bytes());
+    let bytes = |h: &mut Sha256, b: &[u8]| {
+        h.update(u32::try_from(b.len()).unwrap_or(u32::MAX).to_be_bytes());
+        h.update(b);
+    };
+    let count =
+        |h: &mut Sha256, n: usize| h.update(u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+    count(&mut h, commit.request_ids.len());
+    for (i, id) in commit.request_ids.iter().enumerate() {
+        bytes(&mut h, id);
+        bytes(
+            &mut h,
+            envelope_digests.get(i).map_or(&[][..], Vec::as_slice),
+        );
+    }
+    count(&mut h, outcomes.len());
+    for o in outcomes {
+        bytes(&mut h, &o.encode_to_vec());
+    }
+    let items = |h: &mut Sha256, list: &[BatchItem]| {
+        count(h, list.len());
+        for item in list {
+            bytes(h, &item.request_id);
+            bytes(h, &item.envelope_digest);
+        }
+    };
+    items(&mut h, &commit.timed_out);
+    items(&mut h, &commit.digest_mismatch);
+    items(&mut h, &commit.unopenable);
+    h.finalize().into()
+}
+
+/// This node's attestation of `digest`.
+pub(crate) fn sign(state: &NodeState, digest: &[u8; 32]) -> BatchSignature {
+    BatchSignature {
+        party_id: u32::from(state.signer.party()),
+        signature: state.signer.sign_batch(digest).to_vec(),
+    }
+}
+
+/// Whether `sig` is a valid attestation of `digest` by a party other than this node, by that
+/// party's pinned key.
+pub(crate) fn valid_peer_signature(
+    state: &NodeState,
+    sig: &BatchSignature,
+    digest: &[u8; 32],
+) -> bool {
+    let Ok(party) = u8::try_from(sig.party_id) else {
+        return false;
+    };
+    let Some(key) = state.peer_result_keys.get(&party) else {
+        return false;
+    };
+    let Ok(s) = ed25519_dalek::Signature::from_slice(&sig.signature) else {
+        return false;
+    };
+    key.verify_strict(&batch_signing_message(party, digest), &s)
+        .is_ok()
+}
+
+/// The valid attestations of `digest` by both other parties, or the first party whose is
+/// missing or invalid.
+pub(crate) fn by_both_others(
+    state: &NodeState,
+    signatures: &[BatchSignature],
+    digest: &[u8; 32],
+) -> Result<Vec<BatchSignature>, u8> {
+    let mut out = Vec::new();
+    for party in (0u8..3).filter(|&p| p != state.party) {
+        match signatures
+            .iter()
+            .find(|s| s.party_id == u32::from(party) && valid_peer_signature(state, s, digest))
+        {
+            Some(s) => out.push(s.clone()),
+            None => return Err(party),
+        }
+    }
+    Ok(out)
+}
+
+/// Adds to `into` the signatures of `from` it lacks (validity is checked where they are used).
+pub(crate) fn merge(into: &mut Vec<BatchSignature>, from: &[BatchSignature]) {
+    for s in from {
+        if !into.contains(s) {
+            into.push(s.clone());
+        }
+    }
+}

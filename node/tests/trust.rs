@@ -1,0 +1,1004 @@
+//! Issue 12, one test per finding: who may read results, which outcomes a node signs, how
+//! time-outs and undecryptable requests are decided, and what a round message may carry.
+//! Three real nodes over real TLS wherever the finding is about the service.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::{Cluster, Res};
+use ocelli_node::agreement::batch_digest;
+use ocelli_node::batch::{
+    BatchEvaluator, DangerEnrolEverythingForTests, EvalContext, EvalError, EvalRequest,
+    NotEvaluated, Outcome,
+};
+use ocelli_node::client::agree;
+use ocelli_node::client::OrbClient;
+use ocelli_node::config::{
+    max_pass_comparisons_allowed, ConfigError, NodeConfig, PEER_MESSAGE_CAP,
+};
+use ocelli_node::keys::{batch_signing_message, keygen, read_key32, sample_config, KeygenOptions};
+use ocelli_node::node::now_ms;
+use ocelli_node::shares::ShareDb;
+use ocelli_node::tls::NodeTls;
+use prost::Message;
+use sdk_orb::envelope::EnvelopeView;
+use sdk_orb::keys::{NodePublicKeys, NodeSecretKey};
+use sdk_orb::{EnvelopeError, RequestType};
+use shared_proto::v1::peer_service_client::PeerServiceClient;
+use shared_proto::v1::{
+    recorded_outcome, BatchCommit, BatchSignature, GetResultRequest, HealthCheckRequest,
+    NodeResult, RecordedOutcome, ResultStatus, SignedResult, StreamResultsRequest, SubmitRequest,
+};
+use tokio_stream::StreamExt;
+
+/// Finding 5: the pass size the docs recommended (16,777,216) is refused when the config is
+/// validated, with the largest allowed value in the error; at the largest allowed value the
+/// largest round message of a batch of `batch.max_size` requests crosses a real node-to-node
+/// link in one frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn largest_pass_fits_messages() -> Res {
+    let mut cfg = NodeConfig::from_toml(&sample_config(0, 1))?;
+    cfg.matching.max_pass_comparisons = 16_777_216;
+    match cfg.validate() {
+        Err(ConfigError::PassTooLarge { allowed, .. }) => {
+            assert_eq!(allowed, max_pass_comparisons_allowed())
+        }
+        other => return Err(format!("16,777,216 comparisons per pass accepted: {other:?}").into()),
+    }
+    let allowed = max_pass_comparisons_allowed();
+    cfg.matching.max_pass_comparisons = allowed;
+    cfg.validate()?;
+    cfg.matching.max_pass_comparisons = allowed + 62 * 64;
+    assert!(matches!(
+        cfg.validate(),
+        Err(ConfigError::PassTooLarge { .. })
+    ));
+
+    let mut c = Cluster::start_with(Arc::new(NotEvaluated), &|c| {
+        c.matching.max_pass_comparisons = allowed;
+    })
+    .await?;
+    let pipeline = ocelli_mpc::pipeline::PipelineConfig {
+        max_pass_comparisons: allowed,
+        ..ocelli_mpc::pipeline::PipelineConfig::with_threshold(0.345)
+    };
+    let size = pipeline.largest_message_bytes(c.configs[0].batch.max_size);
+    assert!(size > 60 << 20, "the bound is tight: {size}");
+    let timeout = Duration::from_secs(10);
+    let tls = NodeTls::load(&c.configs[0])?;
+    let cfg1 = tls.peer_clients.get(&1).ok_or("no client")?.clone();
+    let ch = ocelli_node::tls::channel(c.configs[1].listen.peer, "127.0.0.1", cfg1, timeout)?;
+    let dialer = ocelli_node::links::dial(
+        &PeerServiceClient::new(ch).max_encoding_message_size(PEER_MESSAGE_CAP),
+        77,
+    )
+    .await?;
+    let acceptor = c.state(1).links.accept(77, 0, timeout).await?;
+    let got = tokio::task::spawn_blocking(move || {
+        let sent = (dialer.send)(vec![0xA5; size]);
+        let got = acceptor.recv.recv_timeout(Duration::from_secs(60));
+        (sent, got.map(|m| m.len()))
+    })
+    .await?;
+    assert!(got.0, "send failed");
+    assert_eq!(got.1.map_err(|e| e.to_string())?, size);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Three results of `id`, fetched from the three nodes by the results consumer (a gateway
+/// reads a node's result only where it submitted the request).
+async fn results_of(c: &Cluster, id: &[u8; 16]) -> Res<Vec<SignedResult>> {
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let r = c
+            .client_as(i, &c.keys.results_consumer())
+            .orb
+            .get_result(GetResultRequest {
+                request_id: id.to_vec(),
+            })
+            .await?;
+        out.push(r.into_inner());
+    }
+    Ok(out)
+}
+
+/// The request id of an envelope.
+fn id_of(env: &[u8]) -> Res<[u8; 16]> {
+    Ok(EnvelopeView::parse(env)
+        .map_err(|e| format!("{e:?}"))?
+        .request_id()
+        .0)
+}
+
+/// Finding 6: three validly signed, identical results of another request are refused by the
+/// client: a node (or anyone between the orb and the nodes) cannot answer one request with
+/// another's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_checks_result_request_id() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let a = c.envelope();
+    let b = c.envelope();
+    for env in [&a, &b] {
+        for r in c.submit_all(env).await {
+            r?;
+        }
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    let (ia, ib) = (id_of(&a)?, id_of(&b)?);
+    let keys = [0, 1, 2].map(|i| c.state(i).result_verifying_key());
+    let ra = results_of(&c, &ia).await?;
+    let rb = results_of(&c, &ib).await?;
+    assert_eq!(agree(&ra, &keys, &ia)?.request_id, ia.to_vec());
+    assert_eq!(agree(&rb, &keys, &ib)?.request_id, ib.to_vec());
+    assert_eq!(
+        agree(&rb, &keys, &ia).err(),
+        Some("the result is for another request")
+    );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Reads a varint at `at`; returns it and the position after it.
+fn varint(b: &[u8], mut at: usize) -> (u64, usize) {
+    let mut v = 0u64;
+    let mut shift = 0;
+    loop {
+        let x = b[at];
+        v |= u64::from(x & 0x7f) << shift;
+        at += 1;
+        if x < 0x80 {
+            return (v, at);
+        }
+        shift += 7;
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Re-encodes a canonical envelope with `extra` inserted after top-level field `after`, or,
+/// with `in_payload`, at the start of the first sealed payload (party 0's).
+fn with_explicit_zero(env: &[u8], after: u64, extra: &[u8], in_payload: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    let mut done = false;
+    while at < env.len() {
+        let start = at;
+        let (key, next) = varint(env, at);
+        let (field, wire) = (key >> 3, key & 7);
+        at = next;
+        if wire == 0 {
+            at = varint(env, at).1;
+        } else {
+            let (len, body) = varint(env, at);
+            at = body + len as usize;
+            if in_payload && field == 8 && !done {
+                let mut inner = extra.to_vec();
+                inner.extend_from_slice(&env[body..at]);
+                put_varint(&mut out, key);
+                put_varint(&mut out, inner.len() as u64);
+                out.extend_from_slice(&inner);
+                done = true;
+                continue;
+            }
+        }
+        out.extend_from_slice(&env[start..at]);
+        if !in_payload && field == after && !done {
+            out.extend_from_slice(extra);
+            done = true;
+        }
+    }
+    out
+}
+
+/// Finding 6: an explicit zero `serial_id` (field 5) or `party_id` (party 0's sealed payload)
+/// gives a validly signed envelope a second encoding; every node refuses it as malformed,
+/// and the SDK parser refuses it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelope_zero_fields_rejected() -> Res {
+    let mut c = Cluster::start(Arc::new(NotEvaluated)).await?;
+    let serial = {
+        let env = c.envelope();
+        with_explicit_zero(&env, 4, &[0x28, 0x00], false)
+    };
+    let party = {
+        let env = c.envelope();
+        with_explicit_zero(&env, 0, &[0x08, 0x00], true)
+    };
+    for (name, env) in [("serial_id", &serial), ("party_id", &party)] {
+        assert_eq!(
+            EnvelopeView::parse(env).err(),
+            Some(EnvelopeError::Malformed(if name == "serial_id" {
+                "explicit zero serial_id"
+            } else {
+                "explicit zero party_id"
+            })),
+            "{name}"
+        );
+        for (i, r) in c.submit_all(env).await.into_iter().enumerate() {
+            let s = r.err().ok_or(format!("{name}: node {i} accepted"))?;
+            assert_eq!(cluster::reason(&s), "malformed", "{name}: node {i}");
+        }
+    }
+    assert!(c.summaries().iter().all(|s| s.requests.is_empty()));
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 6: `keygen --force` over an existing, world-readable key file leaves it 0600.
+#[test]
+fn keygen_force_makes_existing_key_files_private() -> Res {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir()?;
+    let out = keygen(&KeygenOptions::local(dir.path().join("keys")))?;
+    let key = out.orb_signing_key();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644))?;
+    let mut opts = KeygenOptions::local(dir.path().join("keys"));
+    opts.force = true;
+    keygen(&opts)?;
+    let mode = std::fs::metadata(&key)?.permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{mode:o}");
+    Ok(())
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> Res<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+/// Submits `env` to the three nodes as `client` (one per node).
+async fn submit_via(clients: &[OrbClient], env: &[u8]) -> Res {
+    for c in clients {
+        c.orb
+            .clone()
+            .submit(SubmitRequest {
+                envelope: env.to_vec(),
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+fn code<T>(r: Result<T, tonic::Status>) -> tonic::Code {
+    match r {
+        Ok(_) => tonic::Code::Ok,
+        Err(s) => s.code(),
+    }
+}
+
+/// Finding 1: a caller holding only the CA certificate gets UNAUTHENTICATED and no data from
+/// every call of the orb API (submit, result, stream, health); one presenting a CA-signed
+/// certificate that is not a configured orb client (a node's) does not get past the
+/// handshake; the enrolled count is on the metrics port, not in Health.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stranger_reads_nothing() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let env = c.envelope();
+    let id = id_of(&env)?;
+    for r in c.submit_all(&env).await {
+        r?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    for i in 0..3 {
+        let mut s = c.stranger(i);
+        let submitted = s
+            .orb
+            .submit(SubmitRequest {
+                envelope: c.envelope(),
+            })
+            .await;
+        assert_eq!(code(submitted), tonic::Code::Unauthenticated, "node {i}");
+        let got = s
+            .orb
+            .get_result(GetResultRequest {
+                request_id: id.to_vec(),
+            })
+            .await;
+        assert_eq!(code(got), tonic::Code::Unauthenticated, "node {i}");
+        let unknown = s
+            .orb
+            .get_result(GetResultRequest {
+                request_id: vec![9; 16],
+            })
+            .await;
+        assert_eq!(code(unknown), tonic::Code::Unauthenticated, "node {i}");
+        let streamed = s.orb.stream_results(StreamResultsRequest::default()).await;
+        match streamed {
+            Err(e) => assert_eq!(e.code(), tonic::Code::Unauthenticated, "node {i}"),
+            Ok(mut stream) => {
+                let first = stream.get_mut().next().await;
+                return Err(format!("node {i} streamed to a stranger: {first:?}").into());
+            }
+        }
+        let health = s.health.check(HealthCheckRequest {}).await;
+        assert_eq!(code(health), tonic::Code::Unauthenticated, "node {i}");
+
+        // A node's own certificate is CA-signed but no orb client's: refused in the handshake.
+        let party = c.keys.dir.join(format!("party{}", (i + 1) % 3));
+        let mut node_cert = c.client_as(i, &party);
+        let r = node_cert
+            .health
+            .check(HealthCheckRequest {})
+            .await
+            .err()
+            .ok_or(format!("node {i} answered a node certificate"))?;
+        assert_ne!(r.code(), tonic::Code::Ok);
+
+        // Health for a gateway: no enrolled count; that is the operator metric.
+        let h = c.client(i).health.check(HealthCheckRequest {}).await?;
+        assert!(h.into_inner().ready);
+        let metrics = http_get(c.configs[i].listen.metrics, "/metrics").await?;
+        assert!(
+            metrics.contains(&format!("ocelli_store_enrolled{{party=\"{i}\"}} 1")),
+            "node {i}: {metrics}"
+        );
+    }
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 1: a gateway reads the results of the requests it submitted, and nothing of
+/// another gateway's (NOT_FOUND, as for an unknown id, pending or final), nor the stream of
+/// every result; the results consumer reads and streams every result but submits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_reads_only_its_own_results() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let g0: Vec<OrbClient> = (0..3).map(|i| c.client_as(i, &c.keys.gateway(0))).collect();
+    let g1: Vec<OrbClient> = (0..3).map(|i| c.client_as(i, &c.keys.gateway(1))).collect();
+    let rc: Vec<OrbClient> = (0..3)
+        .map(|i| c.client_as(i, &c.keys.results_consumer()))
+        .collect();
+    let (a, b) = (c.envelope(), c.envelope());
+    let (ia, ib) = (id_of(&a)?, id_of(&b)?);
+    submit_via(&g0, &a).await?;
+    submit_via(&g1, &b).await?;
+    let refused = rc[0]
+        .orb
+        .clone()
+        .submit(SubmitRequest {
+            envelope: c.envelope(),
+        })
+        .await;
+    assert_eq!(code(refused), tonic::Code::PermissionDenied);
+    c.wait_drained(Duration::from_secs(20)).await?;
+    let get = |client: &OrbClient, id: [u8; 16]| {
+        let mut o = client.orb.clone();
+        async move {
+            o.get_result(GetResultRequest {
+                request_id: id.to_vec(),
+            })
+            .await
+        }
+    };
+    for i in 0..3 {
+        assert_eq!(code(get(&g0[i], ia).await), tonic::Code::Ok, "node {i}");
+        assert_eq!(code(get(&g1[i], ib).await), tonic::Code::Ok, "node {i}");
+        assert_eq!(
+            code(get(&g0[i], ib).await),
+            tonic::Code::NotFound,
+            "node {i}"
+        );
+        assert_eq!(
+            code(get(&g1[i], ia).await),
+            tonic::Code::NotFound,
+            "node {i}"
+        );
+        assert_eq!(code(get(&rc[i], ia).await), tonic::Code::Ok, "node {i}");
+        assert_eq!(code(get(&rc[i], ib).await), tonic::Code::Ok, "node {i}");
+        let other = g0[i]
+            .orb
+            .clone()
+            .stream_results(StreamResultsRequest {
+                request_ids: vec![ib.to_vec()],
+            })
+            .await;
+        assert_eq!(code(other), tonic::Code::NotFound, "node {i}");
+        let all = g0[i]
+            .orb
+            .clone()
+            .stream_results(StreamResultsRequest::default())
+            .await;
+        assert_eq!(code(all), tonic::Code::PermissionDenied, "node {i}");
+        let mut own = g0[i]
+            .orb
+            .clone()
+            .stream_results(StreamResultsRequest {
+                request_ids: vec![ia.to_vec()],
+            })
+            .await?
+            .into_inner();
+        let r = own.next().await.ok_or("no result")??;
+        assert_eq!(NodeResult::decode(r.result.as_slice())?.request_id, ia);
+    }
+    // The results consumer streams every new result, whoever submitted it.
+    let mut stream = rc[1]
+        .orb
+        .clone()
+        .stream_results(StreamResultsRequest::default())
+        .await?
+        .into_inner();
+    let d = c.envelope();
+    submit_via(&g1, &d).await?;
+    let r = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await?
+        .ok_or("stream ended")??;
+    assert_eq!(
+        NodeResult::decode(r.result.as_slice())?.request_id,
+        id_of(&d)?
+    );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Sets party 0's batch interval (an hour: no batch runs; or fast) and restarts it.
+async fn party0_batches(c: &mut Cluster, run: bool) -> Res {
+    c.configs[0].batch.interval_ms = if run { 20 } else { 3_600_000 };
+    c.restart_node(0).await
+}
+
+/// Rotates `party`'s HPKE key (keeping the old one as `hpke_previous_secret` if `keep`),
+/// restarts it, and returns the key bundle orbs seal to from now on.
+async fn rotate_hpke(c: &mut Cluster, party: usize, keep: bool) -> Res<NodePublicKeys> {
+    let new = NodeSecretKey::generate(&mut c.rng);
+    let path = c.dir.path().join(format!("hpke-rotated-{party}.key"));
+    std::fs::write(&path, hex::encode(*new.to_bytes()))?;
+    let old = std::mem::replace(&mut c.configs[party].keys.hpke_secret, path);
+    c.configs[party].keys.hpke_previous_secret = keep.then_some(old);
+    c.restart_node(party).await?;
+    let mut bundle = c.node_keys.to_bytes();
+    bundle[32 * party..32 * (party + 1)].copy_from_slice(&new.public_key().to_bytes());
+    Ok(NodePublicKeys::from_bytes(&bundle).map_err(|_| "bundle")?)
+}
+
+/// Status of the agreed result of `id` (three identical, validly signed results).
+async fn agreed_status(c: &Cluster, id: &[u8; 16]) -> Res<ResultStatus> {
+    let keys = [0, 1, 2].map(|i| c.state(i).result_verifying_key());
+    let r = agree(&results_of(c, id).await?, &keys, id)?;
+    Ok(ResultStatus::try_from(r.status)?)
+}
+
+/// Enrols one person (serial 1) and leaves party 0 not batching, with a deletion of serial 1
+/// and a uniqueness request pending on all three nodes. Returns their ids.
+async fn pending_deletion_and_enrolment(c: &mut Cluster) -> Res<([u8; 16], [u8; 16])> {
+    let first = c.envelope();
+    for r in c.submit_all(&first).await {
+        r?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(
+        agreed_status(c, &id_of(&first)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    party0_batches(c, false).await?;
+    let meta = c.meta(RequestType::Deletion, 1, now_ms());
+    let deletion = c.seal(&meta);
+    let enrol = c.envelope();
+    for env in [&deletion, &enrol] {
+        for r in c.submit_all(env).await {
+            r?;
+        }
+    }
+    assert!((0..3).all(|i| c.state(i).pending_len() == 2));
+    Ok((id_of(&deletion)?, id_of(&enrol)?))
+}
+
+/// Finding 4: a node that cannot open pending payloads (its HPKE key was rotated without
+/// keeping the old one) votes so; the requests (a deletion and an enrolment) get the same
+/// signed UNOPENABLE result on all three nodes, nothing is deleted or enrolled anywhere, the
+/// stores stay identical, and the next batch runs normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecryptable_request_fails_identically() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let (deletion, enrol) = pending_deletion_and_enrolment(&mut c).await?;
+    let keys = rotate_hpke(&mut c, 2, false).await?;
+    party0_batches(&mut c, true).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    for id in [deletion, enrol] {
+        assert_eq!(agreed_status(&c, &id).await?, ResultStatus::Unopenable);
+    }
+    let s = c.summaries();
+    assert_eq!(s[0].serials, vec![1], "the deletion changed nothing");
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    // Sealed to the new key, the next request is evaluated on all three.
+    c.node_keys = keys;
+    let next = c.envelope();
+    for r in c.submit_all(&next).await {
+        r?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&next)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 4: the documented HPKE rotation with envelopes pending: the node keeps the old key
+/// as `keys.hpke_previous_secret`, so the pending deletion and enrolment run as usual on all
+/// three nodes; a new envelope sealed to the old key is refused (`decryption_failed`), one
+/// sealed to the new key is accepted and evaluated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_rotation_with_pending_envelopes() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let (deletion, enrol) = pending_deletion_and_enrolment(&mut c).await?;
+    let keys = rotate_hpke(&mut c, 2, true).await?;
+    party0_batches(&mut c, true).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(agreed_status(&c, &deletion).await?, ResultStatus::Deleted);
+    assert_eq!(
+        agreed_status(&c, &enrol).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    let s = c.summaries();
+    assert_eq!(s[0].serials, vec![2]);
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    let stale = c.envelope();
+    let refused = c
+        .submit_all(&stale)
+        .await
+        .remove(2)
+        .err()
+        .ok_or("stale key accepted")?;
+    assert_eq!(cluster::reason(&refused), "decryption_failed");
+    c.node_keys = keys;
+    let fresh = c.envelope();
+    for r in c.submit_all(&fresh).await {
+        r?;
+    }
+    // The stale envelope is held by nodes 0 and 1 only: it times out; the fresh one enrols.
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&fresh)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Enrols every uniqueness request like [`DangerEnrolEverythingForTests`], taking `delay_ms`
+/// per batch while `slow` is set: a batch longer than the request timeout.
+#[derive(Debug, Default)]
+struct SlowForTests {
+    slow: AtomicBool,
+    delay_ms: u64,
+}
+
+impl BatchEvaluator for SlowForTests {
+    fn name(&self) -> &'static str {
+        "slow-for-tests"
+    }
+    fn evaluate(
+        &self,
+        ctx: &EvalContext<'_>,
+        requests: &[EvalRequest],
+        db: &ShareDb,
+    ) -> Result<Vec<Outcome>, EvalError> {
+        if self.slow.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(self.delay_ms));
+        }
+        DangerEnrolEverythingForTests.evaluate(ctx, requests, db)
+    }
+}
+
+/// Fails every evaluation: a node that went down after the MPC, before its write, is left
+/// exactly so (nothing of the batch stored, its requests still pending).
+#[derive(Debug)]
+struct FailsForTests;
+
+impl BatchEvaluator for FailsForTests {
+    fn name(&self) -> &'static str {
+        "fails-for-tests"
+    }
+    fn evaluate(
+        &self,
+        _: &EvalContext<'_>,
+        _: &[EvalRequest],
+        _: &ShareDb,
+    ) -> Result<Vec<Outcome>, EvalError> {
+        Err(EvalError::NotServing)
+    }
+}
+
+async fn submit_everywhere(c: &Cluster, env: &[u8]) -> Res {
+    for r in c.submit_all(env).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// Finding 3: a batch that takes longer than twice the request timeout, with a request
+/// arriving meanwhile: no node times that request out on its own; all three answer it
+/// identically (enrolled in the next batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_batch_does_not_split_results() -> Res {
+    let ev = Arc::new(SlowForTests {
+        slow: AtomicBool::new(true),
+        // Past 2 x request_timeout_ms, after which parties 1 and 2 used to time a request out
+        // on their own.
+        delay_ms: 6_000,
+    });
+    let mut c = Cluster::start_with(ev.clone(), &|c| c.batch.request_timeout_ms = 2_000).await?;
+    let first = c.envelope();
+    submit_everywhere(&c, &first).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = c.envelope();
+    submit_everywhere(&c, &during).await?;
+    ev.slow.store(false, Ordering::SeqCst);
+    c.wait_drained(Duration::from_secs(30)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&first)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&during)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    let s = c.summaries();
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 3: a request party 0 never received is timed out by a committed batch, with the
+/// same result on all three nodes (the nodes holding it report it in their votes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_party0_lacks_times_out_in_a_batch() -> Res {
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.batch.request_timeout_ms = 2_000
+    })
+    .await?;
+    let lacking = c.envelope();
+    for i in [1, 2] {
+        c.client(i)
+            .orb
+            .submit(SubmitRequest {
+                envelope: lacking.clone(),
+            })
+            .await?;
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // A batch runs only when party 0 has something to propose.
+    let other = c.envelope();
+    submit_everywhere(&c, &other).await?;
+    c.wait_drained(Duration::from_secs(30)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&lacking)?).await?,
+        ResultStatus::TimedOut
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&other)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 3: party 2 goes down after the MPC of a batch the two others stored, and comes
+/// back later than twice the request timeout: it times nothing out on its own, gets the batch
+/// replayed, and all three answer both that request and the next one identically.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_after_mpc_catches_up() -> Res {
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.batch.request_timeout_ms = 2_000
+    })
+    .await?;
+    let good = std::mem::replace(&mut c.evaluator, Arc::new(FailsForTests));
+    c.restart_node(2).await?;
+    c.evaluator = good;
+    let missed = c.envelope();
+    submit_everywhere(&c, &missed).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while c.state(0).store().meta()?.last_applied_batch < 1 {
+        assert!(std::time::Instant::now() < deadline, "no batch");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(c.state(2).store().meta()?.last_applied_batch, 0);
+    c.restart_node(2).await?;
+    // Longer than the 2 x request_timeout after which party 2 used to time it out alone.
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let next = c.envelope();
+    submit_everywhere(&c, &next).await?;
+    c.wait_drained(Duration::from_secs(30)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&missed)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&next)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    let s = c.summaries();
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// A node-to-node client of node `to` with party `from`'s identity: what a misbehaving party
+/// `from` can send.
+fn peer_client(
+    c: &Cluster,
+    from: usize,
+    to: u8,
+) -> Res<PeerServiceClient<tonic::transport::Channel>> {
+    let tls = NodeTls::load(&c.configs[from])?;
+    let cfg = tls.peer_clients.get(&to).ok_or("no client")?.clone();
+    let ch = ocelli_node::tls::channel(
+        c.configs[to as usize].listen.peer,
+        "127.0.0.1",
+        cfg,
+        Duration::from_secs(10),
+    )?;
+    Ok(PeerServiceClient::new(ch))
+}
+
+/// Party `party`'s attestation of `digest`, made with its result key (what that party, if it
+/// misbehaves, can produce).
+fn attest_as(c: &Cluster, party: u8, key_of: u8, digest: &[u8; 32]) -> Res<BatchSignature> {
+    use ed25519_dalek::Signer;
+    let seed = read_key32(&c.keys.party_file(key_of, "result-signing.key"))?;
+    let key = ed25519_dalek::SigningKey::from_bytes(&seed);
+    Ok(BatchSignature {
+        party_id: u32::from(party),
+        signature: key
+            .sign(&batch_signing_message(party, digest))
+            .to_bytes()
+            .to_vec(),
+    })
+}
+
+/// How many batches `node` refused as unattested, by its metrics page.
+async fn refused_unattested(c: &Cluster, node: usize) -> Res<u64> {
+    let page = http_get(c.configs[node].listen.metrics, "/metrics").await?;
+    Ok(page
+        .lines()
+        .find(|l| l.starts_with("ocelli_batches_total") && l.contains("refused_unattested"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
+}
+
+/// Finding 2: party 0 sends party 2 a commit that claims recorded outcomes (an invented
+/// match for a request only party 2 holds): unsigned, signed by party 0 alone, or with a
+/// "party 1" signature party 0 made itself. Party 2 refuses each (PERMISSION_DENIED), logs and
+/// counts it, stores nothing; the request later runs normally and all three agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_commit_from_coordinator_is_refused() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let enrolled = c.envelope();
+    submit_everywhere(&c, &enrolled).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    let target = c.envelope();
+    let id = id_of(&target)?;
+    c.client(2)
+        .orb
+        .submit(SubmitRequest {
+            envelope: target.clone(),
+        })
+        .await?;
+    let meta = c.state(2).store().meta()?;
+    let held = c
+        .state(2)
+        .store()
+        .request(&ocelli_node::ids::RequestId(id))?
+        .ok_or("not held")?;
+    let mut forged = BatchCommit {
+        batch_id: meta.last_applied_batch + 1,
+        request_ids: vec![id.to_vec()],
+        next_serial_id: meta.next_serial,
+        mpc_session: 1,
+        outcomes_recorded: true,
+        outcomes: vec![RecordedOutcome {
+            kind: recorded_outcome::Kind::Match as i32,
+            matched_serial_ids: vec![1],
+            matched_earlier: Vec::new(),
+        }],
+        ..BatchCommit::default()
+    };
+    let digest = batch_digest(
+        &forged,
+        std::slice::from_ref(&held.digest),
+        &forged.outcomes,
+    );
+    let variants = [
+        Vec::new(),
+        vec![attest_as(&c, 0, 0, &digest)?],
+        vec![attest_as(&c, 0, 0, &digest)?, attest_as(&c, 1, 0, &digest)?],
+    ];
+    let mut as_party0 = peer_client(&c, 0, 2)?;
+    for (k, signatures) in variants.into_iter().enumerate() {
+        forged.signatures = signatures;
+        let r = as_party0.commit_batch(forged.clone()).await;
+        assert_eq!(code(r), tonic::Code::PermissionDenied, "variant {k}");
+    }
+    assert_eq!(refused_unattested(&c, 2).await?, 3);
+    assert_eq!(
+        c.state(2).store().meta()?.last_applied_batch,
+        meta.last_applied_batch
+    );
+    assert_eq!(c.state(2).pending_len(), 1, "nothing applied");
+    // The request, once all three hold it, is evaluated and answered alike.
+    for i in [0, 1] {
+        c.client(i)
+            .orb
+            .submit(SubmitRequest {
+                envelope: target.clone(),
+            })
+            .await?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(agreed_status(&c, &id).await?, ResultStatus::UniqueEnrolled);
+    let s = c.summaries();
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 2: party 2 missed a batch (down after the MPC). A replay of it with altered
+/// outcomes (keeping the real attestations, or re-signed by party 0 alone) or without party
+/// 1's attestation is refused, logged and counted; the genuine replay then brings party 2 to
+/// the same state as the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_catch_up_is_refused() -> Res {
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.batch.request_timeout_ms = 2_000
+    })
+    .await?;
+    let good = std::mem::replace(&mut c.evaluator, Arc::new(FailsForTests));
+    c.restart_node(2).await?;
+    c.evaluator = good;
+    let missed = c.envelope();
+    submit_everywhere(&c, &missed).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while c.state(0).store().meta()?.last_applied_batch < 1 {
+        assert!(std::time::Instant::now() < deadline, "no batch");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.restart_node(2).await?;
+    // Party 0 logs its attestation and, once party 1's ack is in, party 1's.
+    let genuine = loop {
+        let logged = c.state(0).store().batch(1)?.ok_or("no batch 1")?;
+        let commit = BatchCommit::decode(logged.commit.as_slice())?;
+        if commit.signatures.len() == 2 {
+            break commit;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "party 1's attestation not logged"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    let mut altered = genuine.clone();
+    altered.outcomes = vec![RecordedOutcome {
+        kind: recorded_outcome::Kind::Match as i32,
+        matched_serial_ids: vec![7],
+        matched_earlier: Vec::new(),
+    }];
+    let held = c
+        .state(2)
+        .store()
+        .request(&ocelli_node::ids::RequestId(id_of(&missed)?))?
+        .ok_or("not held")?;
+    let digest = batch_digest(&altered, &[held.digest], &altered.outcomes);
+    let mut resigned = altered.clone();
+    resigned.signatures = vec![
+        attest_as(&c, 0, 0, &digest)?,
+        genuine
+            .signatures
+            .iter()
+            .find(|s| s.party_id == 1)
+            .ok_or("no party 1 attestation")?
+            .clone(),
+    ];
+    let mut partial = genuine.clone();
+    partial.signatures.retain(|s| s.party_id == 0);
+    let mut as_party0 = peer_client(&c, 0, 2)?;
+    for (name, forged) in [
+        ("altered", altered),
+        ("re-signed by party 0", resigned),
+        ("partially signed", partial),
+    ] {
+        let r = as_party0.commit_batch(forged).await;
+        assert_eq!(code(r), tonic::Code::PermissionDenied, "{name}");
+    }
+    assert_eq!(refused_unattested(&c, 2).await?, 3);
+    assert_eq!(c.state(2).store().meta()?.last_applied_batch, 0);
+
+    let next = c.envelope();
+    submit_everywhere(&c, &next).await?;
+    c.wait_drained(Duration::from_secs(30)).await?;
+    assert_eq!(
+        agreed_status(&c, &id_of(&missed)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&next)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    let s = c.summaries();
+    assert_eq!(s[0], s[1]);
+    assert_eq!(s[1], s[2]);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Finding 5, the full computation: one batch whose database pass is exactly the largest the
+/// node allows (33 uniqueness requests against 4,099 entries: 135,267 pairs, padded to
+/// 8,388,352 comparisons), through the three-party pipeline in memory. It succeeds and no
+/// round message exceeds what a peer message carries. Ignored by default: about 2.5 GB and
+/// minutes in a debug build; run with
+/// `cargo test --release -p ocelli-node --test trust -- --ignored a_batch_at_the_largest_pass`.
+#[test]
+#[ignore = "large: run in release (see the doc comment)"]
+fn a_batch_at_the_largest_pass_succeeds() {
+    use ocelli_mpc::pipeline::{
+        evaluate, pass_comparisons, PipelineConfig, PipelineRequest, Target,
+    };
+    use rand_chacha::rand_core::SeedableRng;
+    let allowed = max_pass_comparisons_allowed();
+    let requests = 33usize;
+    let entries = allowed / (requests * 62);
+    assert_eq!(pass_comparisons(requests * entries), allowed);
+    let config = PipelineConfig {
+        chunk_entries: 1 << 20,
+        max_pass_comparisons: allowed,
+        ..PipelineConfig::with_threshold(0.345)
+    };
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(12);
+    let db: Vec<Box<sdk_orb::PartyShares>> = (0..entries)
+        .map(|_| ocelli_mpc::synthetic::random_shares(&mut rng))
+        .collect();
+    let queries: Vec<Box<sdk_orb::PartyShares>> = (0..requests)
+        .map(|_| ocelli_mpc::synthetic::random_shares(&mut rng))
+        .collect();
+    let started = std::time::Instant::now();
+    let out = ocelli_mpc::local::run_three(9, |s| {
+        let mut m = ocelli_mpc::MatchDb::new();
+        for (d, shares) in db.iter().enumerate() {
+            m.push(d as u64 + 1, shares);
+        }
+        let reqs: Vec<PipelineRequest<'_>> = queries
+            .iter()
+            .map(|q| PipelineRequest {
+                shares: q,
+                target: Target::Database,
+                against_earlier: false,
+                candidate: false,
+                or_policy: false,
+            })
+            .collect();
+        evaluate(s, &ocelli_mpc::engine::CpuEngine::new(), &m, &reqs, &config).map(|r| r.len())
+    });
+    let mut largest = 0;
+    for (r, _, view) in &out {
+        assert_eq!(r.as_ref().ok(), Some(&requests), "the batch failed");
+        largest = largest.max(view.iter().map(|(_, m)| m.len()).max().unwrap_or(0));
+    }
+    eprintln!(
+        "largest pass: {allowed} comparisons, largest message {largest} bytes, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(largest, 8 * allowed);
+    assert!(largest <= PEER_MESSAGE_CAP - ocelli_node::config::MPC_FRAME_OVERHEAD);
+}
