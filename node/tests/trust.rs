@@ -4,6 +4,8 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/trust.rs"]
+mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,28 +13,22 @@ use std::time::Duration;
 
 use cluster::{Cluster, Res};
 use ocelli_node::agreement::batch_digest;
-use ocelli_node::batch::{
-    BatchEvaluator, DangerEnrolEverythingForTests, EvalContext, EvalError, EvalRequest,
-    NotEvaluated, Outcome,
-};
-use ocelli_node::client::agree;
-use ocelli_node::client::OrbClient;
+use ocelli_node::batch::{DangerEnrolEverythingForTests, NotEvaluated};
+use ocelli_node::client::{agree, OrbClient};
 use ocelli_node::config::{
     max_pass_comparisons_allowed, ConfigError, NodeConfig, PEER_MESSAGE_CAP,
 };
-use ocelli_node::keys::{batch_signing_message, keygen, read_key32, sample_config, KeygenOptions};
-use ocelli_node::node::now_ms;
-use ocelli_node::shares::ShareDb;
+use ocelli_node::keys::{keygen, sample_config, KeygenOptions};
 use ocelli_node::tls::NodeTls;
 use prost::Message;
 use sdk_orb::envelope::EnvelopeView;
-use sdk_orb::keys::{NodePublicKeys, NodeSecretKey};
-use sdk_orb::{EnvelopeError, RequestType};
+use sdk_orb::EnvelopeError;
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
-    recorded_outcome, BatchCommit, BatchSignature, GetResultRequest, HealthCheckRequest,
-    NodeResult, RecordedOutcome, ResultStatus, SignedResult, StreamResultsRequest, SubmitRequest,
+    recorded_outcome, BatchCommit, GetResultRequest, HealthCheckRequest, NodeResult,
+    RecordedOutcome, ResultStatus, StreamResultsRequest, SubmitRequest,
 };
+use support::*;
 use tokio_stream::StreamExt;
 
 /// Finding 5: the pass size the docs recommended (16,777,216) is refused when the config is
@@ -90,31 +86,6 @@ async fn largest_pass_fits_messages() -> Res {
     Ok(())
 }
 
-/// Three results of `id`, fetched from the three nodes by the results consumer (a gateway
-/// reads a node's result only where it submitted the request).
-async fn results_of(c: &Cluster, id: &[u8; 16]) -> Res<Vec<SignedResult>> {
-    let mut out = Vec::new();
-    for i in 0..3 {
-        let r = c
-            .client_as(i, &c.keys.results_consumer())
-            .orb
-            .get_result(GetResultRequest {
-                request_id: id.to_vec(),
-            })
-            .await?;
-        out.push(r.into_inner());
-    }
-    Ok(out)
-}
-
-/// The request id of an envelope.
-fn id_of(env: &[u8]) -> Res<[u8; 16]> {
-    Ok(EnvelopeView::parse(env)
-        .map_err(|e| format!("{e:?}"))?
-        .request_id()
-        .0)
-}
-
 /// Finding 6: three validly signed, identical results of another request are refused by the
 /// client: a node (or anyone between the orb and the nodes) cannot answer one request with
 /// another's result.
@@ -141,64 +112,6 @@ async fn client_checks_result_request_id() -> Res {
     );
     c.stop_all().await?;
     Ok(())
-}
-
-/// Reads a varint at `at`; returns it and the position after it.
-fn varint(b: &[u8], mut at: usize) -> (u64, usize) {
-    let mut v = 0u64;
-    let mut shift = 0;
-    loop {
-        let x = b[at];
-        v |= u64::from(x & 0x7f) << shift;
-        at += 1;
-        if x < 0x80 {
-            return (v, at);
-        }
-        shift += 7;
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Re-encodes a canonical envelope with `extra` inserted after top-level field `after`, or,
-/// with `in_payload`, at the start of the first sealed payload (party 0's).
-fn with_explicit_zero(env: &[u8], after: u64, extra: &[u8], in_payload: bool) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    let mut done = false;
-    while at < env.len() {
-        let start = at;
-        let (key, next) = varint(env, at);
-        let (field, wire) = (key >> 3, key & 7);
-        at = next;
-        if wire == 0 {
-            at = varint(env, at).1;
-        } else {
-            let (len, body) = varint(env, at);
-            at = body + len as usize;
-            if in_payload && field == 8 && !done {
-                let mut inner = extra.to_vec();
-                inner.extend_from_slice(&env[body..at]);
-                put_varint(&mut out, key);
-                put_varint(&mut out, inner.len() as u64);
-                out.extend_from_slice(&inner);
-                done = true;
-                continue;
-            }
-        }
-        out.extend_from_slice(&env[start..at]);
-        if !in_payload && field == after && !done {
-            out.extend_from_slice(extra);
-            done = true;
-        }
-    }
-    out
 }
 
 /// Finding 6: an explicit zero `serial_id` (field 5) or `party_id` (party 0's sealed payload)
@@ -249,36 +162,6 @@ fn keygen_force_makes_existing_key_files_private() -> Res {
     let mode = std::fs::metadata(&key)?.permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "{mode:o}");
     Ok(())
-}
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> Res<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
-}
-
-/// Submits `env` to the three nodes as `client` (one per node).
-async fn submit_via(clients: &[OrbClient], env: &[u8]) -> Res {
-    for c in clients {
-        c.orb
-            .clone()
-            .submit(SubmitRequest {
-                envelope: env.to_vec(),
-            })
-            .await?;
-    }
-    Ok(())
-}
-
-fn code<T>(r: Result<T, tonic::Status>) -> tonic::Code {
-    match r {
-        Ok(_) => tonic::Code::Ok,
-        Err(s) => s.code(),
-    }
 }
 
 /// Finding 1: a caller holding only the CA certificate gets UNAUTHENTICATED and no data from
@@ -445,58 +328,6 @@ async fn gateway_reads_only_its_own_results() -> Res {
     Ok(())
 }
 
-/// Sets party 0's batch interval (an hour: no batch runs; or fast) and restarts it.
-async fn party0_batches(c: &mut Cluster, run: bool) -> Res {
-    c.configs[0].batch.interval_ms = if run { 20 } else { 3_600_000 };
-    c.restart_node(0).await
-}
-
-/// Rotates `party`'s HPKE key (keeping the old one as `hpke_previous_secret` if `keep`),
-/// restarts it, and returns the key bundle orbs seal to from now on.
-async fn rotate_hpke(c: &mut Cluster, party: usize, keep: bool) -> Res<NodePublicKeys> {
-    let new = NodeSecretKey::generate(&mut c.rng);
-    let path = c.dir.path().join(format!("hpke-rotated-{party}.key"));
-    std::fs::write(&path, hex::encode(*new.to_bytes()))?;
-    let old = std::mem::replace(&mut c.configs[party].keys.hpke_secret, path);
-    c.configs[party].keys.hpke_previous_secret = keep.then_some(old);
-    c.restart_node(party).await?;
-    let mut bundle = c.node_keys.to_bytes();
-    bundle[32 * party..32 * (party + 1)].copy_from_slice(&new.public_key().to_bytes());
-    Ok(NodePublicKeys::from_bytes(&bundle).map_err(|_| "bundle")?)
-}
-
-/// Status of the agreed result of `id` (three identical, validly signed results).
-async fn agreed_status(c: &Cluster, id: &[u8; 16]) -> Res<ResultStatus> {
-    let keys = [0, 1, 2].map(|i| c.state(i).result_verifying_key());
-    let r = agree(&results_of(c, id).await?, &keys, id)?;
-    Ok(ResultStatus::try_from(r.status)?)
-}
-
-/// Enrols one person (serial 1) and leaves party 0 not batching, with a deletion of serial 1
-/// and a uniqueness request pending on all three nodes. Returns their ids.
-async fn pending_deletion_and_enrolment(c: &mut Cluster) -> Res<([u8; 16], [u8; 16])> {
-    let first = c.envelope();
-    for r in c.submit_all(&first).await {
-        r?;
-    }
-    c.wait_drained(Duration::from_secs(20)).await?;
-    assert_eq!(
-        agreed_status(c, &id_of(&first)?).await?,
-        ResultStatus::UniqueEnrolled
-    );
-    party0_batches(c, false).await?;
-    let meta = c.meta(RequestType::Deletion, 1, now_ms());
-    let deletion = c.seal(&meta);
-    let enrol = c.envelope();
-    for env in [&deletion, &enrol] {
-        for r in c.submit_all(env).await {
-            r?;
-        }
-    }
-    assert!((0..3).all(|i| c.state(i).pending_len() == 2));
-    Ok((id_of(&deletion)?, id_of(&enrol)?))
-}
-
 /// Finding 4: a node that cannot open pending payloads (its HPKE key was rotated without
 /// keeping the old one) votes so; the requests (a deletion and an enrolment) get the same
 /// signed UNOPENABLE result on all three nodes, nothing is deleted or enrolled anywhere, the
@@ -570,57 +401,6 @@ async fn key_rotation_with_pending_envelopes() -> Res {
         ResultStatus::UniqueEnrolled
     );
     c.stop_all().await?;
-    Ok(())
-}
-
-/// Enrols every uniqueness request like [`DangerEnrolEverythingForTests`], taking `delay_ms`
-/// per batch while `slow` is set: a batch longer than the request timeout.
-#[derive(Debug, Default)]
-struct SlowForTests {
-    slow: AtomicBool,
-    delay_ms: u64,
-}
-
-impl BatchEvaluator for SlowForTests {
-    fn name(&self) -> &'static str {
-        "slow-for-tests"
-    }
-    fn evaluate(
-        &self,
-        ctx: &EvalContext<'_>,
-        requests: &[EvalRequest],
-        db: &ShareDb,
-    ) -> Result<Vec<Outcome>, EvalError> {
-        if self.slow.load(Ordering::SeqCst) {
-            std::thread::sleep(Duration::from_millis(self.delay_ms));
-        }
-        DangerEnrolEverythingForTests.evaluate(ctx, requests, db)
-    }
-}
-
-/// Fails every evaluation: a node that went down after the MPC, before its write, is left
-/// exactly so (nothing of the batch stored, its requests still pending).
-#[derive(Debug)]
-struct FailsForTests;
-
-impl BatchEvaluator for FailsForTests {
-    fn name(&self) -> &'static str {
-        "fails-for-tests"
-    }
-    fn evaluate(
-        &self,
-        _: &EvalContext<'_>,
-        _: &[EvalRequest],
-        _: &ShareDb,
-    ) -> Result<Vec<Outcome>, EvalError> {
-        Err(EvalError::NotServing)
-    }
-}
-
-async fn submit_everywhere(c: &Cluster, env: &[u8]) -> Res {
-    for r in c.submit_all(env).await {
-        r?;
-    }
     Ok(())
 }
 
@@ -731,50 +511,6 @@ async fn restart_after_mpc_catches_up() -> Res {
     assert_eq!(s[1], s[2]);
     c.stop_all().await?;
     Ok(())
-}
-
-/// A node-to-node client of node `to` with party `from`'s identity: what a misbehaving party
-/// `from` can send.
-fn peer_client(
-    c: &Cluster,
-    from: usize,
-    to: u8,
-) -> Res<PeerServiceClient<tonic::transport::Channel>> {
-    let tls = NodeTls::load(&c.configs[from])?;
-    let cfg = tls.peer_clients.get(&to).ok_or("no client")?.clone();
-    let ch = ocelli_node::tls::channel(
-        c.configs[to as usize].listen.peer,
-        "127.0.0.1",
-        cfg,
-        Duration::from_secs(10),
-    )?;
-    Ok(PeerServiceClient::new(ch))
-}
-
-/// Party `party`'s attestation of `digest`, made with its result key (what that party, if it
-/// misbehaves, can produce).
-fn attest_as(c: &Cluster, party: u8, key_of: u8, digest: &[u8; 32]) -> Res<BatchSignature> {
-    use ed25519_dalek::Signer;
-    let seed = read_key32(&c.keys.party_file(key_of, "result-signing.key"))?;
-    let key = ed25519_dalek::SigningKey::from_bytes(&seed);
-    Ok(BatchSignature {
-        party_id: u32::from(party),
-        signature: key
-            .sign(&batch_signing_message(party, digest))
-            .to_bytes()
-            .to_vec(),
-    })
-}
-
-/// How many batches `node` refused as unattested, by its metrics page.
-async fn refused_unattested(c: &Cluster, node: usize) -> Res<u64> {
-    let page = http_get(c.configs[node].listen.metrics, "/metrics").await?;
-    Ok(page
-        .lines()
-        .find(|l| l.starts_with("ocelli_batches_total") && l.contains("refused_unattested"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0))
 }
 
 /// Finding 2: party 0 sends party 2 a commit that claims recorded outcomes (an invented

@@ -239,7 +239,11 @@ impl crate::Spec for Spec {
         // Canonical encoding: an explicit zero scalar would give the same envelope a second
         // encoding (same digest, same signature).
         let ts_end = varint_end(&base, 23).ok_or("timestamp")?;
-        expect_eq("serial id field", &base[ts_end..ts_end + 2], &[0x28, 77][..])?;
+        expect_eq(
+            "serial id field",
+            &base[ts_end..ts_end + 2],
+            &[0x28, 77][..],
+        )?;
         let mut zero_serial = b.patched(21, |v| *v = 1);
         zero_serial[ts_end + 1] = 0;
         b.reject(
@@ -249,7 +253,11 @@ impl crate::Spec for Spec {
             0,
         )?;
         let enc0 = offset_of(&base, view.payload(PartyId::ALL[0]).encapsulated_key);
-        expect_eq("party 0 payload start", &base[enc0 - 2..enc0], &[0x12, 0x20][..])?;
+        expect_eq(
+            "party 0 payload start",
+            &base[enc0 - 2..enc0],
+            &[0x12, 0x20][..],
+        )?;
         let tag0 = (0..enc0 - 2)
             .rev()
             .find(|&i| base[i] == 0x42 && varint_end(&base, i + 1) == Some(enc0 - 2))
