@@ -6,6 +6,7 @@
 //! Every write is one ACID transaction committed with immediate durability,
 //! so anything acknowledged to a client or a peer survives a crash.
 
+pub mod migrate;
 pub mod postgres;
 pub mod redb;
 

@@ -319,3 +319,24 @@ fn postgres_client(url: &str) -> Res<impl FnMut(&str) -> Res> {
         Ok(())
     })
 }
+
+#[test]
+fn postgres_migrate_store_copies_and_verifies() -> Res {
+    use ocelli_node::store::migrate::{redb_to_postgres, MigrateError};
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let src = redb();
+    let fp = {
+        let s = src.open()?;
+        script(s.as_ref())?;
+        s.fingerprint()?
+    };
+    let report = redb_to_postgres(src.0.path(), &pg.options())?;
+    assert_eq!((report.requests, report.shares, report.batches), (6, 3, 2));
+    assert_eq!(report.fingerprint, fp);
+    assert_eq!(pg.open()?.fingerprint()?, fp);
+    assert!(matches!(
+        redb_to_postgres(src.0.path(), &pg.options()),
+        Err(MigrateError::NotEmpty)
+    ));
+    Ok(())
+}
