@@ -307,6 +307,25 @@ fn postgres_refuses_a_newer_schema() -> Res {
     Ok(())
 }
 
+#[test]
+fn postgres_reconnects_after_the_server_drops_connections() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let s = pg.open()?;
+    let id = RequestId([3; 16]);
+    assert!(s.insert_request(&id, &rec(RequestState::Pending, 3, 0), b"env")?);
+    let mut c = postgres_client(&pg.url)?;
+    c(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ocelli/{}'",
+        pg.schema
+    ))?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Every pooled connection was dropped; each call finds one and reconnects.
+    for _ in 0..6 {
+        assert_eq!(s.envelope(&id)?.as_deref(), Some(&b"env"[..]));
+    }
+    Ok(())
+}
+
 /// Runs SQL on a plain connection (outside the store).
 fn postgres_client(url: &str) -> Res<impl FnMut(&str) -> Res> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -338,5 +357,64 @@ fn postgres_migrate_store_copies_and_verifies() -> Res {
         redb_to_postgres(src.0.path(), &pg.options()),
         Err(MigrateError::NotEmpty)
     ));
+    Ok(())
+}
+
+/// Start-up load rate, for docs/benchmarks.md (`OCELLI_LOAD_PEOPLE`, default
+/// 20,000): enrols people in batches of 1,000, then times the serial-order load.
+///
+/// ```text
+/// cargo test --release -p ocelli-node --test store -- --ignored --nocapture load_rate
+/// ```
+#[test]
+#[ignore = "a measurement"]
+fn load_rate() -> Res {
+    let people: u64 = std::env::var("OCELLI_LOAD_PEOPLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let pg = Pg::new();
+    let mut backends: Vec<(&str, &dyn Backend)> = Vec::new();
+    let r = redb();
+    backends.push(("redb", &r));
+    if let Some(pg) = &pg {
+        backends.push(("postgres", pg));
+    }
+    let mut rng = rand::thread_rng();
+    for (name, b) in backends {
+        let s = b.open()?;
+        let t = std::time::Instant::now();
+        let mut serial = 1;
+        while serial <= people {
+            let mut w = BatchWrite::default();
+            for _ in 0..1_000 {
+                if serial > people {
+                    break;
+                }
+                let mut e = vec![0u8; ENTRY_BYTES];
+                rng.fill_bytes(&mut e);
+                let sh = StoredShares::try_from(&e[..])?;
+                w.shares.push((SerialId(serial), ShareWrite::Put(sh)));
+                serial += 1;
+            }
+            w.next_serial = serial;
+            s.apply_batch(&w)?;
+        }
+        let write = t.elapsed().as_secs_f64();
+        drop(s);
+        let s = b.open()?;
+        let t = std::time::Instant::now();
+        let mut n = 0u64;
+        s.for_each_share(&mut |_, _| n += 1)?;
+        let load = t.elapsed().as_secs_f64();
+        assert_eq!(n, people);
+        println!(
+            "{name}: {people} people ({} MiB): enrolment writes {:.0} people/s, start-up load {:.0} people/s ({:.1} MiB/s)",
+            (people * ENTRY_BYTES as u64) >> 20,
+            people as f64 / write,
+            people as f64 / load,
+            (people * ENTRY_BYTES as u64) as f64 / 1048576.0 / load
+        );
+    }
     Ok(())
 }

@@ -101,12 +101,21 @@ struct Inner {
     conns: Vec<Mutex<Client>>,
     next: AtomicUsize,
     schema: String,
+    // Kept for reconnecting; never logged (it may hold a password).
+    url: String,
 }
 
 impl Inner {
-    async fn conn(&self) -> tokio::sync::MutexGuard<'_, Client> {
+    /// A connection, reconnected first if the server closed it (a restart
+    /// or failover), so the node recovers without a restart of its own.
+    async fn conn(&self) -> Result<tokio::sync::MutexGuard<'_, Client>, StoreError> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        self.conns[i].lock().await
+        let mut c = self.conns[i].lock().await;
+        if c.is_closed() {
+            *c = connect(&self.url, &self.schema).await?;
+            tracing::info!(schema = %self.schema, "store connection re-established");
+        }
+        Ok(c)
     }
 }
 
@@ -179,7 +188,8 @@ async fn connect(url: &str, schema: &str) -> Result<Client, StoreError> {
     });
     client
         .batch_execute(&format!(
-            "SET synchronous_commit = on; SET search_path TO \"{schema}\";"
+            "SET synchronous_commit = on; SET search_path TO \"{schema}\";
+             SET application_name TO 'ocelli/{schema}';"
         ))
         .await
         .map_err(be)?;
@@ -258,6 +268,7 @@ impl PgStore {
                 conns,
                 next: AtomicUsize::new(0),
                 schema,
+                url,
             })
         })?;
         Ok(Self {
@@ -283,7 +294,7 @@ impl PgStore {
     /// Backend failure (nothing is written then).
     pub fn put_shares(&self, rows: Vec<(SerialId, StoredShares)>) -> Result<(), StoreError> {
         self.run(move |inner| async move {
-            let mut c = inner.conn().await;
+            let mut c = inner.conn().await?;
             let txn = c.transaction().await.map_err(be)?;
             for chunk in rows.chunks(INSERT_CHUNK) {
                 let serials = chunk
@@ -304,7 +315,7 @@ impl PgStore {
     /// Backend failure (nothing is written then).
     pub fn put_raw(&self, rows: RawRows) -> Result<(), StoreError> {
         self.run(move |inner| async move {
-            let mut c = inner.conn().await;
+            let mut c = inner.conn().await?;
             let txn = c.transaction().await.map_err(be)?;
             for (table, col, key) in [
                 ("requests", "record", &rows.requests),
@@ -403,7 +414,7 @@ impl Store for PgStore {
         let record = record.encode_to_vec();
         let envelope = envelope.to_vec();
         self.run(move |inner| async move {
-            let mut c = inner.conn().await;
+            let mut c = inner.conn().await?;
             let txn = c.transaction().await.map_err(be)?;
             let n = txn
                 .execute(
@@ -430,7 +441,7 @@ impl Store for PgStore {
     fn request(&self, id: &RequestId) -> Result<Option<RequestRecord>, StoreError> {
         let id = id.0.to_vec();
         self.run(move |inner| async move {
-            let c = inner.conn().await;
+            let c = inner.conn().await?;
             let row = c
                 .query_opt("SELECT record FROM requests WHERE id = $1", &[&id])
                 .await
@@ -441,7 +452,7 @@ impl Store for PgStore {
 
     fn pending_requests(&self) -> Result<Vec<(RequestId, RequestRecord)>, StoreError> {
         self.run(move |inner| async move {
-            let c = inner.conn().await;
+            let c = inner.conn().await?;
             let rows = c
                 .query(
                     "SELECT e.id, r.record FROM pending_envelopes e LEFT JOIN requests r
@@ -467,7 +478,7 @@ impl Store for PgStore {
     fn envelope(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError> {
         let id = id.0.to_vec();
         self.run(move |inner| async move {
-            let c = inner.conn().await;
+            let c = inner.conn().await?;
             let row = c
                 .query_opt(
                     "SELECT envelope FROM pending_envelopes WHERE id = $1",
@@ -503,7 +514,7 @@ impl Store for PgStore {
         };
         let next_serial = w.next_serial;
         self.run(move |inner| async move {
-            let mut c = inner.conn().await;
+            let mut c = inner.conn().await?;
             let txn = c.transaction().await.map_err(be)?;
             if !finals.is_empty() {
                 let ids: Vec<&[u8]> = finals.keys().map(Vec::as_slice).collect();
@@ -562,7 +573,7 @@ impl Store for PgStore {
     fn result(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError> {
         let id = id.0.to_vec();
         self.run(move |inner| async move {
-            let c = inner.conn().await;
+            let c = inner.conn().await?;
             let row = c
                 .query_opt("SELECT signed_result FROM results WHERE id = $1", &[&id])
                 .await
@@ -576,7 +587,7 @@ impl Store for PgStore {
             return Ok(None);
         };
         self.run(move |inner| async move {
-            let c = inner.conn().await;
+            let c = inner.conn().await?;
             let Some(row) = c
                 .query_opt(
                     "SELECT results_digest, commit FROM batches WHERE batch_id = $1",
@@ -599,14 +610,14 @@ impl Store for PgStore {
 
     fn meta(&self) -> Result<Meta, StoreError> {
         self.run(move |inner| async move {
-            let c = inner.conn().await;
+            let c = inner.conn().await?;
             meta_of(&*c).await
         })
     }
 
     fn share_count(&self) -> Result<u64, StoreError> {
         self.run(move |inner| async move {
-            let c = inner.conn().await;
+            let c = inner.conn().await?;
             let n: i64 = c
                 .query_one("SELECT count(*) FROM shares", &[])
                 .await
@@ -626,7 +637,7 @@ impl Store for PgStore {
         let inner = self.inner.clone();
         self.rt.spawn(async move {
             let read = async {
-                let c = inner.conn().await;
+                let c = inner.conn().await?;
                 let params: [&(dyn ToSql + Sync); 0] = [];
                 let stream = c
                     .query_raw("SELECT serial, entry FROM shares ORDER BY serial", params)
@@ -668,7 +679,7 @@ impl Store for PgStore {
 
     fn fingerprint(&self) -> Result<[u8; 32], StoreError> {
         self.run(move |inner| async move {
-            let mut c = inner.conn().await;
+            let mut c = inner.conn().await?;
             let txn = c
                 .build_transaction()
                 .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -748,7 +759,7 @@ impl Store for PgStore {
     fn summary(&self) -> Result<StoreSummary, StoreError> {
         use shared_proto::v1::SignedResult;
         self.run(move |inner| async move {
-            let mut c = inner.conn().await;
+            let mut c = inner.conn().await?;
             let txn = c
                 .build_transaction()
                 .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -803,7 +814,7 @@ impl Store for PgStore {
 
     fn size_bytes(&self) -> u64 {
         self.run(move |inner| async move {
-            let c = inner.conn().await;
+            let c = inner.conn().await?;
             let n: i64 = c
                 .query_one(
                     "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint
