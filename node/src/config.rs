@@ -45,6 +45,42 @@ pub struct NodeConfig {
     /// Matching pipeline.
     #[serde(default)]
     pub matching: MatchingConfig,
+    /// Where the store lives (default: redb in `data_dir`).
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+/// The store backend: redb in `data_dir` unless `url` names a PostgreSQL server.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `postgres://user:password@host:port/database`; unset: the redb store.
+    pub url: Option<String>,
+    /// Schema holding this node's tables (several nodes can share a database).
+    pub schema: String,
+    /// Connections to the server.
+    pub pool_size: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            schema: "ocelli".to_owned(),
+            pool_size: 4,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password.
+        f.debug_struct("StoreConfig")
+            .field("postgres", &self.url.is_some())
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
 }
 
 /// Listen addresses.
@@ -359,6 +395,11 @@ impl NodeConfig {
         over!("OCELLI_MATCHING_THRESHOLD", self.matching.threshold);
         over!("OCELLI_MATCHING_PRIVACY_MAX", self.matching.privacy_max);
         over!("OCELLI_MATCHING_THREADS", self.matching.threads);
+        if let Some(url) = get("OCELLI_STORE_URL") {
+            self.store.url = (!url.is_empty()).then_some(url);
+        }
+        over!("OCELLI_STORE_SCHEMA", self.store.schema);
+        over!("OCELLI_STORE_POOL_SIZE", self.store.pool_size);
         Ok(())
     }
 
@@ -444,6 +485,17 @@ impl NodeConfig {
         }
         if self.matching.gpu_devices.is_empty() {
             return bad("matching.gpu_devices must list at least one device");
+        }
+        if let Some(url) = &self.store.url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return bad("store.url must be a postgres:// URL");
+            }
+        }
+        if !crate::store::postgres::valid_schema_name(&self.store.schema) {
+            return bad("store.schema must match [a-z_][a-z0-9_]*");
+        }
+        if self.store.pool_size == 0 {
+            return bad("store.pool_size must be at least 1");
         }
         if self.matching.enabled && self.keys.node_public_keys.is_none() {
             return bad("keys.node_public_keys is required when matching is enabled");
@@ -539,6 +591,13 @@ cert = "p2.pem"
         assert!(c.validate().is_err(), "matching needs the node public keys");
         c.matching.enabled = false;
         c.validate()?;
+        assert!(c.store.url.is_none(), "redb by default");
+        c.apply_env(|k| (k == "OCELLI_STORE_URL").then(|| "postgres://h/db".to_owned()))?;
+        assert_eq!(c.store.url.as_deref(), Some("postgres://h/db"));
+        c.validate()?;
+        c.store.url = Some("mysql://h/db".to_owned());
+        assert!(c.validate().is_err(), "only postgres URLs");
+        c.store.url = None;
         let e = c.apply_env(|k| (k == "OCELLI_PARTY_ID").then(|| "x".to_owned()));
         assert!(matches!(e, Err(ConfigError::Env { .. })));
         c.party_id = 0;

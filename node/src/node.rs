@@ -16,6 +16,7 @@ use crate::keys::{self, ResultSigner};
 use crate::metrics::Metrics;
 use crate::queue::PendingQueue;
 use crate::shares::ShareDb;
+use crate::store::postgres::{PgOptions, PgStore};
 use crate::store::redb::RedbStore;
 use crate::store::{Store, StoreError};
 
@@ -89,7 +90,8 @@ pub struct NodeState {
 }
 
 impl NodeState {
-    /// Opens the store, loads the share database (with a progress bar and a
+    /// Opens the store (redb in `data_dir`, or PostgreSQL where
+    /// `store.url` is set), loads the share database (with a progress bar and a
     /// load-speed log line) and requeues pending requests.
     ///
     /// # Errors
@@ -98,7 +100,14 @@ impl NodeState {
         config: NodeConfig,
         evaluator: Arc<dyn BatchEvaluator>,
     ) -> Result<Arc<Self>, StartError> {
-        let store: Arc<dyn Store> = Arc::new(RedbStore::open(&config.data_dir)?);
+        let store: Arc<dyn Store> = match &config.store.url {
+            None => Arc::new(RedbStore::open(&config.data_dir)?),
+            Some(url) => Arc::new(PgStore::open(&PgOptions {
+                url: url.clone(),
+                schema: config.store.schema.clone(),
+                pool_size: config.store.pool_size,
+            })?),
+        };
         Self::with_store(config, store, evaluator)
     }
 

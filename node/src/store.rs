@@ -1,11 +1,13 @@
 //! Durable state behind one trait: enrolled shares by serial id, the request
 //! log (replay protection), pending envelopes, signed results and the batch
-//! log. [`redb::RedbStore`] is the embedded implementation; a PostgreSQL one
-//! can implement the same trait.
+//! log. [`redb::RedbStore`] is the embedded implementation (the default);
+//! [`postgres::PgStore`] keeps the same tables in PostgreSQL.
 //!
 //! Every write is one ACID transaction committed with immediate durability,
 //! so anything acknowledged to a client or a peer survives a crash.
 
+pub mod migrate;
+pub mod postgres;
 pub mod redb;
 
 use std::collections::BTreeMap;
@@ -23,6 +25,16 @@ pub enum StoreError {
     /// A stored record does not decode.
     #[error("corrupt record in {0}")]
     Corrupt(&'static str),
+    /// The database was migrated by a newer binary; refusing to touch it.
+    #[error(
+        "store schema version {found} is newer than this binary knows ({known}): upgrade the node"
+    )]
+    SchemaTooNew {
+        /// The database's version.
+        found: i64,
+        /// The newest this binary knows.
+        known: i64,
+    },
 }
 
 /// Where a request stands.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use ocelli_node::client::OrbClient;
 use ocelli_node::keys::{keygen, read_key32, KeygenOptions};
 use ocelli_node::node::now_ms;
+use ocelli_node::store::postgres::{PgOptions, PgStore};
 use ocelli_node::store::redb::RedbStore;
 use ocelli_node::store::Store;
 use rand_chacha::rand_core::SeedableRng;
@@ -87,7 +88,16 @@ impl Drop for Node {
     }
 }
 
-fn write_config(dir: &Path, keys: &Path, party: u8, ports: &[[u16; 3]; 3]) -> Res<PathBuf> {
+/// A PostgreSQL server and this run's schema prefix, or the redb stores.
+type PgTarget<'a> = Option<(&'a str, &'a str)>;
+
+fn write_config(
+    dir: &Path,
+    keys: &Path,
+    party: u8,
+    ports: &[[u16; 3]; 3],
+    pg: PgTarget<'_>,
+) -> Res<PathBuf> {
     let [o, p, m] = ports[party as usize];
     let mut s = format!(
         "party_id = {party}\ndata_dir = \"{}\"\n[listen]\norb = \"127.0.0.1:{o}\"\npeer = \"127.0.0.1:{p}\"\nmetrics = \"127.0.0.1:{m}\"\n\
@@ -97,6 +107,11 @@ fn write_config(dir: &Path, keys: &Path, party: u8, ports: &[[u16; 3]; 3]) -> Re
         dir.join(format!("data{party}")).display(),
         k = keys.display()
     );
+    if let Some((url, prefix)) = pg {
+        s.push_str(&format!(
+            "[store]\nurl = \"{url}\"\nschema = \"{prefix}_p{party}\"\n"
+        ));
+    }
     for peer in (0u8..3).filter(|&x| x != party) {
         s.push_str(&format!(
             "[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"{k}/party{peer}/tls.pem\"\nresult_key = \"{k}/party{peer}/result-verifying.pub\"\n",
@@ -159,6 +174,21 @@ async fn pending_of(client: &OrbClient) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
+    kill_9_run(None).await
+}
+
+/// The same on PostgreSQL stores (where `OCELLI_TEST_POSTGRES` names a server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_kill_9_during_intake_loses_nothing_acknowledged() -> Res {
+    let Ok(url) = std::env::var("OCELLI_TEST_POSTGRES") else {
+        eprintln!("skipping the PostgreSQL crash test: OCELLI_TEST_POSTGRES is unset (.ci/postgres.sh starts a server)");
+        return Ok(());
+    };
+    let prefix = format!("crash_{}", now_ms());
+    kill_9_run(Some((&url, &prefix))).await
+}
+
+async fn kill_9_run(pg: PgTarget<'_>) -> Res {
     let dir = tempfile::tempdir()?;
     let keys = keygen(&KeygenOptions::local(dir.path().join("keys")))?;
     let mut ports = [[0u16; 3]; 3];
@@ -169,7 +199,7 @@ async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
     }
     let mut nodes = Vec::new();
     for party in 0u8..3 {
-        let config = write_config(dir.path(), &keys.dir, party, &ports)?;
+        let config = write_config(dir.path(), &keys.dir, party, &ports, pg)?;
         let orb: SocketAddr = format!("127.0.0.1:{}", ports[party as usize][0]).parse()?;
         let mut n = Node {
             config,
@@ -272,7 +302,14 @@ async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
     // The three stores agree, and hold every request, answered.
     let mut summaries = Vec::new();
     for party in 0..3 {
-        let s = RedbStore::open(&dir.path().join(format!("data{party}")))?;
+        let s: Box<dyn Store> = match pg {
+            None => Box::new(RedbStore::open(&dir.path().join(format!("data{party}")))?),
+            Some((url, prefix)) => Box::new(PgStore::open(&PgOptions {
+                url: url.to_owned(),
+                schema: format!("{prefix}_p{party}"),
+                pool_size: 1,
+            })?),
+        };
         summaries.push(s.summary()?);
     }
     assert_eq!(summaries[0], summaries[1]);

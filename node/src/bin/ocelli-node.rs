@@ -1,5 +1,5 @@
 //! `ocelli-node`: `keygen`, `serve`, `demo`, `local-cluster`, `submit`,
-//! `bench`. Only parses arguments and config and sets up logging; everything
+//! `bench`, `migrate-store`. Only parses arguments and config and sets up logging; everything
 //! else lives in the library.
 
 use std::path::PathBuf;
@@ -62,6 +62,23 @@ enum Command {
         /// Deployment directory.
         #[arg(long)]
         dir: PathBuf,
+        /// Keep the three stores on this PostgreSQL server, one schema per node
+        /// (`party0`..`party2`), instead of redb files; applies when DIR is created.
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
+    },
+    /// Copy a node's store (stopped) from redb into an empty PostgreSQL schema
+    /// and verify the copy (fingerprint and summary equal).
+    MigrateStore {
+        /// Source: `redb:DATA_DIR` (the node's `data_dir`).
+        #[arg(long)]
+        from: String,
+        /// Destination: a `postgres://` URL.
+        #[arg(long)]
+        to: String,
+        /// Destination schema (the node's `store.schema`).
+        #[arg(long, default_value = "ocelli")]
+        schema: String,
     },
     /// An orb simulator: seal two open-iris templates into an envelope, submit
     /// it to the three nodes of a local cluster, verify the three signed
@@ -256,11 +273,23 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
-        Command::LocalCluster { dir } => {
+        Command::LocalCluster { dir, postgres } => {
             init_logging(false);
             run_async(async move {
+                let tweak = |t: &mut toml::Table| {
+                    if let Some(url) = &postgres {
+                        let party = t
+                            .get("party_id")
+                            .and_then(toml::Value::as_integer)
+                            .unwrap_or(0);
+                        let mut store = toml::Table::new();
+                        store.insert("url".into(), url.clone().into());
+                        store.insert("schema".into(), format!("party{party}").into());
+                        t.insert("store".into(), store.into());
+                    }
+                };
                 let (deployment, listeners) =
-                    ocelli_node::cluster::Deployment::open_or_create(&dir, &|_| {}).await?;
+                    ocelli_node::cluster::Deployment::open_or_create(&dir, &tweak).await?;
                 let cluster =
                     ocelli_node::cluster::LocalCluster::start(&deployment, listeners).await?;
                 for (party, cfg) in deployment.configs.iter().enumerate() {
@@ -273,6 +302,36 @@ fn main() -> ExitCode {
                 shutdown_signal().await;
                 cluster.shutdown().await
             })
+        }
+        Command::MigrateStore { from, to, schema } => {
+            init_logging(false);
+            let Some(path) = from.strip_prefix("redb:") else {
+                eprintln!("error: --from must be redb:DATA_DIR");
+                return ExitCode::FAILURE;
+            };
+            let opts = ocelli_node::store::postgres::PgOptions {
+                url: to,
+                schema,
+                pool_size: 2,
+            };
+            match ocelli_node::store::migrate::redb_to_postgres(std::path::Path::new(path), &opts) {
+                Ok(r) => {
+                    println!(
+                        "copied {} requests, {} enrolled entries, {} batches in {:.1} s; \
+                         verified: fingerprint {} and summary equal",
+                        r.requests,
+                        r.shares,
+                        r.batches,
+                        r.seconds,
+                        hex::encode(r.fingerprint)
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("migrate-store failed: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Submit {
             dir,

@@ -65,6 +65,40 @@ impl RedbStore {
         Ok(Self { db, path })
     }
 
+    /// Every row but the shares, as stored (for copying the store elsewhere).
+    ///
+    /// # Errors
+    /// Backend failure or corrupt record.
+    pub fn raw_rows(&self) -> Result<super::postgres::RawRows, StoreError> {
+        let txn = self.db.begin_read().map_err(be)?;
+        let mut out = super::postgres::RawRows::default();
+        for (def, rows) in [
+            (REQUESTS, &mut out.requests),
+            (ENVELOPES, &mut out.envelopes),
+            (RESULTS, &mut out.results),
+        ] {
+            let t = txn.open_table(def).map_err(be)?;
+            for item in t.iter().map_err(be)? {
+                let (k, v) = item.map_err(be)?;
+                rows.push((k.value().to_vec(), v.value().to_vec()));
+            }
+        }
+        let t = txn.open_table(BATCHES).map_err(be)?;
+        for item in t.iter().map_err(be)? {
+            let (k, _) = item.map_err(be)?;
+            let b = self
+                .batch(k.value())?
+                .ok_or(StoreError::Corrupt("batches"))?;
+            out.batches.push((k.value(), b));
+        }
+        let t = txn.open_table(META).map_err(be)?;
+        for item in t.iter().map_err(be)? {
+            let (k, v) = item.map_err(be)?;
+            out.meta.push((k.value().to_owned(), v.value()));
+        }
+        Ok(out)
+    }
+
     fn write(&self) -> Result<redb::WriteTransaction, StoreError> {
         let mut txn = self.db.begin_write().map_err(be)?;
         txn.set_durability(Durability::Immediate).map_err(be)?;

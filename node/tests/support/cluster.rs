@@ -57,6 +57,18 @@ async fn bind_again(addr: SocketAddr) -> Res<TcpListener> {
     }
 }
 
+/// `OCELLI_TEST_STORE=postgres` runs the cluster on PostgreSQL stores (one
+/// schema per node) on the server `OCELLI_TEST_POSTGRES` names.
+fn postgres_store() -> Res<Option<String>> {
+    match std::env::var("OCELLI_TEST_STORE").as_deref() {
+        Ok("postgres") => Ok(Some(std::env::var("OCELLI_TEST_POSTGRES").map_err(
+            |_| "OCELLI_TEST_STORE=postgres needs OCELLI_TEST_POSTGRES (.ci/postgres.sh)",
+        )?)),
+        Ok("redb") | Err(_) => Ok(None),
+        Ok(other) => Err(format!("OCELLI_TEST_STORE={other:?}: redb or postgres").into()),
+    }
+}
+
 /// Keygen into a fresh directory; configs whose addresses are the given listeners.
 pub fn configs_for(
     dir: &Path,
@@ -64,6 +76,7 @@ pub fn configs_for(
     tweak: &dyn Fn(&mut NodeConfig),
 ) -> Res<(KeygenOutput, Vec<NodeConfig>)> {
     let keys = keygen(&KeygenOptions::local(dir.join("keys")))?;
+    let run = rand::random::<u64>();
     let mut configs = Vec::new();
     for party in 0u8..3 {
         let mut c = NodeConfig::from_toml(&sample_config(party, 1))?;
@@ -75,6 +88,11 @@ pub fn configs_for(
         c.listen.metrics = m;
         for peer in &mut c.peers {
             peer.address = addrs[peer.party_id as usize].1;
+        }
+        if let Some(url) = postgres_store()? {
+            c.store.url = Some(url);
+            c.store.schema = format!("cluster_{run:016x}_p{party}");
+            c.store.pool_size = 2;
         }
         c.batch.interval_ms = 20;
         c.batch.request_timeout_ms = 3_000;

@@ -1,0 +1,874 @@
+//! The PostgreSQL implementation of [`Store`], for production.
+//!
+//! The trait is synchronous and is called from async tasks as well as
+//! blocking ones, so the store drives `tokio-postgres` on its own runtime
+//! (on a thread it owns) and each method waits on a std channel for the
+//! answer: the caller's runtime is never asked to block. A small pool of
+//! connections lets readers proceed while a batch commits.
+//!
+//! Tables mirror the redb store, byte for byte, so [`Store::fingerprint`]
+//! is equal across backends for equal contents. Every connection runs with
+//! `synchronous_commit = on`: a returned write is committed and flushed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+
+use futures::{pin_mut, StreamExt};
+use prost::Message;
+use sha2::{Digest, Sha256};
+use tokio::sync::{Mutex, Semaphore};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls};
+
+use super::{
+    BatchWrite, Meta, RequestRecord, RequestSummary, ShareWrite, Store, StoreError, StoreSummary,
+    StoredBatch,
+};
+use crate::ids::{RequestId, SerialId};
+use crate::shares::StoredShares;
+
+/// Schema migrations, in order; version `i + 1` is `MIGRATIONS[i]`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the tables of the redb store. Shares are random bytes: storing them
+    // uncompressed saves the compression attempt.
+    "CREATE TABLE requests (id bytea PRIMARY KEY, record bytea NOT NULL);
+     CREATE TABLE pending_envelopes (id bytea PRIMARY KEY, envelope bytea NOT NULL);
+     CREATE TABLE results (id bytea PRIMARY KEY, signed_result bytea NOT NULL);
+     CREATE TABLE shares (serial bigint PRIMARY KEY, entry bytea NOT NULL);
+     ALTER TABLE shares ALTER COLUMN entry SET STORAGE EXTERNAL;
+     CREATE TABLE batches (batch_id bigint PRIMARY KEY, results_digest bytea NOT NULL,
+                           commit bytea NOT NULL);
+     CREATE TABLE meta (key text PRIMARY KEY, value bigint NOT NULL);",
+];
+
+/// The schema version this binary writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+const LAST_APPLIED: &str = "last_applied_batch";
+const NEXT_SERIAL: &str = "next_serial";
+
+/// Shares per message from the loading task to the caller.
+const LOAD_CHUNK: usize = 1024;
+/// Chunks in flight while loading (bounds memory).
+const LOAD_CREDIT: usize = 4;
+/// Rows per multi-row insert when copying shares.
+pub const INSERT_CHUNK: usize = 1000;
+
+fn be<E: std::fmt::Display>(e: E) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn to_i64(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Backend("value exceeds bigint".to_owned()))
+}
+
+fn to_u64(v: i64, table: &'static str) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(table))
+}
+
+/// Where a PostgreSQL store lives.
+#[derive(Clone)]
+pub struct PgOptions {
+    /// `postgres://` URL or key=value connection string (may hold a password).
+    pub url: String,
+    /// Schema holding the tables (created if absent).
+    pub schema: String,
+    /// Connections in the pool.
+    pub pool_size: usize,
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("PgOptions")
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `s` is a plain lower-case identifier (schema names are spliced into SQL).
+pub fn valid_schema_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+struct Inner {
+    conns: Vec<Mutex<Client>>,
+    next: AtomicUsize,
+    schema: String,
+    // Kept for reconnecting; never logged (it may hold a password).
+    url: String,
+}
+
+impl Inner {
+    /// A connection, reconnected first if the server closed it (a restart
+    /// or failover), so the node recovers without a restart of its own.
+    async fn conn(&self) -> Result<tokio::sync::MutexGuard<'_, Client>, StoreError> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        let mut c = self.conns[i].lock().await;
+        if c.is_closed() {
+            *c = connect(&self.url, &self.schema).await?;
+            tracing::info!(schema = %self.schema, "store connection re-established");
+        }
+        Ok(c)
+    }
+}
+
+/// A node's store in a PostgreSQL schema.
+pub struct PgStore {
+    inner: Arc<Inner>,
+    rt: tokio::runtime::Handle,
+    // Dropping it ends the runtime's thread, which drops the runtime there
+    // (a runtime must not be dropped inside an async context).
+    _stop: std::sync::mpsc::SyncSender<()>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.inner.schema)
+            .field("connections", &self.inner.conns.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn start_runtime() -> Result<(tokio::runtime::Handle, mpsc::SyncSender<()>), StoreError> {
+    let (stop_tx, stop_rx) = mpsc::sync_channel::<()>(0);
+    let (h_tx, h_rx) = mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("ocelli-store".to_owned())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("ocelli-store-io")
+                .enable_all()
+                .build();
+            match rt {
+                Ok(rt) => {
+                    let _ = h_tx.send(Ok(rt.handle().clone()));
+                    // Returns when the store is dropped.
+                    let _ = stop_rx.recv();
+                    rt.shutdown_background();
+                }
+                Err(e) => {
+                    let _ = h_tx.send(Err(be(e)));
+                }
+            }
+        })
+        .map_err(be)?;
+    let handle = h_rx
+        .recv()
+        .map_err(|_| StoreError::Backend("store runtime did not start".to_owned()))??;
+    Ok((handle, stop_tx))
+}
+
+fn run_on<T: Send + 'static>(
+    rt: &tokio::runtime::Handle,
+    fut: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+) -> Result<T, StoreError> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv()
+        .map_err(|_| StoreError::Backend("store runtime stopped".to_owned()))?
+}
+
+async fn connect(url: &str, schema: &str) -> Result<Client, StoreError> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(be)?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "store connection closed");
+        }
+    });
+    client
+        .batch_execute(&format!(
+            "SET synchronous_commit = on; SET search_path TO \"{schema}\";
+             SET application_name TO 'ocelli/{schema}';"
+        ))
+        .await
+        .map_err(be)?;
+    Ok(client)
+}
+
+async fn migrate(client: &mut Client, schema: &str) -> Result<(), StoreError> {
+    let txn = client.transaction().await.map_err(be)?;
+    // One migrator at a time per database.
+    txn.execute("SELECT pg_advisory_xact_lock(7261001)", &[])
+        .await
+        .map_err(be)?;
+    txn.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+         SET LOCAL search_path TO \"{schema}\";
+         CREATE TABLE IF NOT EXISTS schema_migrations (
+             version bigint PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());"
+    ))
+    .await
+    .map_err(be)?;
+    let found: i64 = txn
+        .query_one(
+            "SELECT COALESCE(max(version), 0) FROM schema_migrations",
+            &[],
+        )
+        .await
+        .map_err(be)?
+        .get(0);
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = i as i64 + 1;
+        txn.batch_execute(sql).await.map_err(be)?;
+        txn.execute(
+            "INSERT INTO schema_migrations (version) VALUES ($1)",
+            &[&version],
+        )
+        .await
+        .map_err(be)?;
+        tracing::info!(schema, version, "store schema migrated");
+    }
+    txn.commit().await.map_err(be)
+}
+
+impl PgStore {
+    /// Connects, creates or migrates the schema and opens the pool.
+    ///
+    /// # Errors
+    /// Unreachable server, bad schema name, a schema newer than this binary.
+    pub fn open(opts: &PgOptions) -> Result<Self, StoreError> {
+        if !valid_schema_name(&opts.schema) {
+            return Err(StoreError::Backend(
+                "schema name must match [a-z_][a-z0-9_]*".to_owned(),
+            ));
+        }
+        let (rt, stop) = start_runtime()?;
+        let url = opts.url.clone();
+        let schema = opts.schema.clone();
+        let pool = opts.pool_size.max(1);
+        let inner = run_on(&rt, async move {
+            let mut first = connect(&url, "public").await?;
+            migrate(&mut first, &schema).await?;
+            first
+                .batch_execute(&format!("SET search_path TO \"{schema}\";"))
+                .await
+                .map_err(be)?;
+            let mut conns = vec![Mutex::new(first)];
+            for _ in 1..pool {
+                conns.push(Mutex::new(connect(&url, &schema).await?));
+            }
+            Ok(Inner {
+                conns,
+                next: AtomicUsize::new(0),
+                schema,
+                url,
+            })
+        })?;
+        Ok(Self {
+            inner: Arc::new(inner),
+            rt,
+            _stop: stop,
+        })
+    }
+
+    fn run<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        run_on(&self.rt, f(self.inner.clone()))
+    }
+
+    /// Writes shares batch-wise (multi-row upserts of [`INSERT_CHUNK`] rows,
+    /// one transaction): bulk enrolment and store migration.
+    ///
+    /// # Errors
+    /// Backend failure (nothing is written then).
+    pub fn put_shares(&self, rows: Vec<(SerialId, StoredShares)>) -> Result<(), StoreError> {
+        self.run(move |inner| async move {
+            let mut c = inner.conn().await?;
+            let txn = c.transaction().await.map_err(be)?;
+            for chunk in rows.chunks(INSERT_CHUNK) {
+                let serials = chunk
+                    .iter()
+                    .map(|(s, _)| to_i64(s.0))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let entries: Vec<&[u8]> = chunk.iter().map(|(_, e)| e.as_bytes()).collect();
+                upsert_shares(&txn, &serials, &entries).await?;
+            }
+            txn.commit().await.map_err(be)
+        })
+    }
+
+    /// Copies raw rows of every table but the shares (store migration): the
+    /// request log, envelopes, results, batches and counters.
+    ///
+    /// # Errors
+    /// Backend failure (nothing is written then).
+    pub fn put_raw(&self, rows: RawRows) -> Result<(), StoreError> {
+        self.run(move |inner| async move {
+            let mut c = inner.conn().await?;
+            let txn = c.transaction().await.map_err(be)?;
+            for (table, col, key) in [
+                ("requests", "record", &rows.requests),
+                ("pending_envelopes", "envelope", &rows.envelopes),
+                ("results", "signed_result", &rows.results),
+            ] {
+                for chunk in key.chunks(INSERT_CHUNK) {
+                    let ids: Vec<&[u8]> = chunk.iter().map(|(k, _)| k.as_slice()).collect();
+                    let vals: Vec<&[u8]> = chunk.iter().map(|(_, v)| v.as_slice()).collect();
+                    txn.execute(
+                        &format!(
+                            "INSERT INTO {table} (id, {col}) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+                             ON CONFLICT (id) DO UPDATE SET {col} = excluded.{col}"
+                        ),
+                        &[&ids, &vals],
+                    )
+                    .await
+                    .map_err(be)?;
+                }
+            }
+            for (id, b) in &rows.batches {
+                txn.execute(
+                    "INSERT INTO batches (batch_id, results_digest, commit) VALUES ($1, $2, $3)
+                     ON CONFLICT (batch_id) DO UPDATE SET results_digest = excluded.results_digest,
+                     commit = excluded.commit",
+                    &[&to_i64(*id)?, &&b.results_digest[..], &b.commit],
+                )
+                .await
+                .map_err(be)?;
+            }
+            for (k, v) in &rows.meta {
+                set_meta(&txn, k, *v).await?;
+            }
+            txn.commit().await.map_err(be)
+        })
+    }
+}
+
+/// Every row but the shares, for copying a store (keys as stored).
+#[derive(Debug, Default)]
+pub struct RawRows {
+    /// Request id, encoded [`RequestRecord`].
+    pub requests: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Request id, envelope.
+    pub envelopes: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Request id, encoded `SignedResult`.
+    pub results: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Batch log.
+    pub batches: Vec<(u64, StoredBatch)>,
+    /// Counters present.
+    pub meta: Vec<(String, u64)>,
+}
+
+async fn upsert_shares(
+    txn: &tokio_postgres::Transaction<'_>,
+    serials: &[i64],
+    entries: &[&[u8]],
+) -> Result<(), StoreError> {
+    txn.execute(
+        "INSERT INTO shares (serial, entry) SELECT * FROM unnest($1::bigint[], $2::bytea[])
+         ON CONFLICT (serial) DO UPDATE SET entry = excluded.entry",
+        &[&serials, &entries],
+    )
+    .await
+    .map_err(be)?;
+    Ok(())
+}
+
+async fn set_meta(
+    txn: &tokio_postgres::Transaction<'_>,
+    key: &str,
+    value: u64,
+) -> Result<(), StoreError> {
+    txn.execute(
+        "INSERT INTO meta (key, value) VALUES ($1, $2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        &[&key, &to_i64(value)?],
+    )
+    .await
+    .map_err(be)?;
+    Ok(())
+}
+
+fn decode_record(b: &[u8]) -> Result<RequestRecord, StoreError> {
+    RequestRecord::decode(b).map_err(|_| StoreError::Corrupt("requests"))
+}
+
+impl Store for PgStore {
+    fn insert_request(
+        &self,
+        id: &RequestId,
+        record: &RequestRecord,
+        envelope: &[u8],
+    ) -> Result<bool, StoreError> {
+        let id = id.0.to_vec();
+        let record = record.encode_to_vec();
+        let envelope = envelope.to_vec();
+        self.run(move |inner| async move {
+            let mut c = inner.conn().await?;
+            let txn = c.transaction().await.map_err(be)?;
+            let n = txn
+                .execute(
+                    "INSERT INTO requests (id, record) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+                    &[&id, &record],
+                )
+                .await
+                .map_err(be)?;
+            if n == 0 {
+                return Ok(false);
+            }
+            txn.execute(
+                "INSERT INTO pending_envelopes (id, envelope) VALUES ($1, $2)
+                 ON CONFLICT (id) DO UPDATE SET envelope = excluded.envelope",
+                &[&id, &envelope],
+            )
+            .await
+            .map_err(be)?;
+            txn.commit().await.map_err(be)?;
+            Ok(true)
+        })
+    }
+
+    fn request(&self, id: &RequestId) -> Result<Option<RequestRecord>, StoreError> {
+        let id = id.0.to_vec();
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            let row = c
+                .query_opt("SELECT record FROM requests WHERE id = $1", &[&id])
+                .await
+                .map_err(be)?;
+            row.map(|r| decode_record(r.get(0))).transpose()
+        })
+    }
+
+    fn pending_requests(&self) -> Result<Vec<(RequestId, RequestRecord)>, StoreError> {
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            let rows = c
+                .query(
+                    "SELECT e.id, r.record FROM pending_envelopes e LEFT JOIN requests r
+                     ON r.id = e.id ORDER BY e.id",
+                    &[],
+                )
+                .await
+                .map_err(be)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let id =
+                    RequestId::from_slice(row.get(0)).ok_or(StoreError::Corrupt("envelopes"))?;
+                let rec: Option<&[u8]> = row.get(1);
+                let rec = decode_record(rec.ok_or(StoreError::Corrupt("requests"))?)?;
+                if rec.state() == Some(super::RequestState::Pending) {
+                    out.push((id, rec));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn envelope(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError> {
+        let id = id.0.to_vec();
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            let row = c
+                .query_opt(
+                    "SELECT envelope FROM pending_envelopes WHERE id = $1",
+                    &[&id],
+                )
+                .await
+                .map_err(be)?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn apply_batch(&self, w: &BatchWrite) -> Result<(), StoreError> {
+        // Later writes to the same key win, as when applied one by one: so
+        // each key is written once and the writes can go as multi-row statements.
+        let mut finals: BTreeMap<Vec<u8>, (Vec<u8>, Vec<u8>)> = BTreeMap::new();
+        for f in &w.finals {
+            finals.insert(
+                f.id.0.to_vec(),
+                (f.record.encode_to_vec(), f.signed_result.clone()),
+            );
+        }
+        let mut shares: BTreeMap<i64, Option<Vec<u8>>> = BTreeMap::new();
+        for (serial, s) in &w.shares {
+            let v = match s {
+                ShareWrite::Put(sh) => Some(sh.as_bytes().to_vec()),
+                ShareWrite::Delete => None,
+            };
+            shares.insert(to_i64(serial.0)?, v);
+        }
+        let batch = match &w.batch {
+            Some((id, commit, digest)) => Some((to_i64(*id)?, commit.clone(), digest.to_vec())),
+            None => None,
+        };
+        let next_serial = w.next_serial;
+        self.run(move |inner| async move {
+            let mut c = inner.conn().await?;
+            let txn = c.transaction().await.map_err(be)?;
+            if !finals.is_empty() {
+                let ids: Vec<&[u8]> = finals.keys().map(Vec::as_slice).collect();
+                let recs: Vec<&[u8]> = finals.values().map(|(r, _)| r.as_slice()).collect();
+                let res: Vec<&[u8]> = finals.values().map(|(_, s)| s.as_slice()).collect();
+                txn.execute(
+                    "INSERT INTO requests (id, record) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+                     ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+                    &[&ids, &recs],
+                )
+                .await
+                .map_err(be)?;
+                txn.execute(
+                    "DELETE FROM pending_envelopes WHERE id = ANY($1::bytea[])",
+                    &[&ids],
+                )
+                .await
+                .map_err(be)?;
+                txn.execute(
+                    "INSERT INTO results (id, signed_result) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+                     ON CONFLICT (id) DO UPDATE SET signed_result = excluded.signed_result",
+                    &[&ids, &res],
+                )
+                .await
+                .map_err(be)?;
+            }
+            let (puts, dels): (Vec<_>, Vec<_>) = shares.iter().partition(|(_, v)| v.is_some());
+            if !puts.is_empty() {
+                let serials: Vec<i64> = puts.iter().map(|(k, _)| **k).collect();
+                let entries: Vec<&[u8]> =
+                    puts.iter().filter_map(|(_, v)| v.as_deref()).collect();
+                upsert_shares(&txn, &serials, &entries).await?;
+            }
+            if !dels.is_empty() {
+                let serials: Vec<i64> = dels.iter().map(|(k, _)| **k).collect();
+                txn.execute("DELETE FROM shares WHERE serial = ANY($1)", &[&serials])
+                    .await
+                    .map_err(be)?;
+            }
+            if let Some((id, commit, digest)) = &batch {
+                txn.execute(
+                    "INSERT INTO batches (batch_id, results_digest, commit) VALUES ($1, $2, $3)
+                     ON CONFLICT (batch_id) DO UPDATE SET results_digest = excluded.results_digest,
+                     commit = excluded.commit",
+                    &[id, digest, commit],
+                )
+                .await
+                .map_err(be)?;
+                set_meta(&txn, LAST_APPLIED, to_u64(*id, "batches")?).await?;
+            }
+            set_meta(&txn, NEXT_SERIAL, next_serial).await?;
+            txn.commit().await.map_err(be)
+        })
+    }
+
+    fn result(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError> {
+        let id = id.0.to_vec();
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            let row = c
+                .query_opt("SELECT signed_result FROM results WHERE id = $1", &[&id])
+                .await
+                .map_err(be)?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn batch(&self, batch_id: u64) -> Result<Option<StoredBatch>, StoreError> {
+        let Ok(id) = i64::try_from(batch_id) else {
+            return Ok(None);
+        };
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            let Some(row) = c
+                .query_opt(
+                    "SELECT results_digest, commit FROM batches WHERE batch_id = $1",
+                    &[&id],
+                )
+                .await
+                .map_err(be)?
+            else {
+                return Ok(None);
+            };
+            let d: &[u8] = row.get(0);
+            let results_digest: [u8; 32] =
+                d.try_into().map_err(|_| StoreError::Corrupt("batches"))?;
+            Ok(Some(StoredBatch {
+                commit: row.get(1),
+                results_digest,
+            }))
+        })
+    }
+
+    fn meta(&self) -> Result<Meta, StoreError> {
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            meta_of(&*c).await
+        })
+    }
+
+    fn share_count(&self) -> Result<u64, StoreError> {
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            let n: i64 = c
+                .query_one("SELECT count(*) FROM shares", &[])
+                .await
+                .map_err(be)?
+                .get(0);
+            to_u64(n, "shares")
+        })
+    }
+
+    fn for_each_share(&self, f: &mut dyn FnMut(SerialId, StoredShares)) -> Result<(), StoreError> {
+        // Rows stream from the server in chunks; the credit semaphore keeps at
+        // most LOAD_CREDIT chunks between the reader and `f`.
+        type Chunk = Result<Vec<(SerialId, StoredShares)>, StoreError>;
+        let (tx, rx) = mpsc::channel::<Chunk>();
+        let credit = Arc::new(Semaphore::new(LOAD_CREDIT));
+        let task_credit = credit.clone();
+        let inner = self.inner.clone();
+        self.rt.spawn(async move {
+            let read = async {
+                let c = inner.conn().await?;
+                let params: [&(dyn ToSql + Sync); 0] = [];
+                let stream = c
+                    .query_raw("SELECT serial, entry FROM shares ORDER BY serial", params)
+                    .await
+                    .map_err(be)?;
+                pin_mut!(stream);
+                let mut chunk = Vec::with_capacity(LOAD_CHUNK);
+                while let Some(row) = stream.next().await {
+                    let row = row.map_err(be)?;
+                    let serial = to_u64(row.get(0), "shares")?;
+                    let s = StoredShares::try_from(row.get::<_, &[u8]>(1))
+                        .map_err(|_| StoreError::Corrupt("shares"))?;
+                    chunk.push((SerialId(serial), s));
+                    if chunk.len() == LOAD_CHUNK {
+                        let permit = task_credit.acquire().await.map_err(be)?;
+                        permit.forget();
+                        if tx.send(Ok(std::mem::take(&mut chunk))).is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+                if !chunk.is_empty() {
+                    let _ = tx.send(Ok(chunk));
+                }
+                Ok(())
+            };
+            if let Err(e) = read.await {
+                let _ = tx.send(Err(e));
+            }
+        });
+        for chunk in rx {
+            for (id, s) in chunk? {
+                f(id, s);
+            }
+            credit.add_permits(1);
+        }
+        Ok(())
+    }
+
+    fn fingerprint(&self) -> Result<[u8; 32], StoreError> {
+        self.run(move |inner| async move {
+            let mut c = inner.conn().await?;
+            let txn = c
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await
+                .map_err(be)?;
+            let mut h = Sha256::new();
+            let mut feed = |name: &str, k: &[u8], v: &[u8]| {
+                h.update(name.as_bytes());
+                h.update((k.len() as u64).to_le_bytes());
+                h.update(k);
+                h.update((v.len() as u64).to_le_bytes());
+                h.update(v);
+            };
+            // Same order and encoding as the redb store.
+            for (sql, name) in [
+                ("SELECT id, record FROM requests ORDER BY id", "requests"),
+                (
+                    "SELECT id, envelope FROM pending_envelopes ORDER BY id",
+                    "envelopes",
+                ),
+                (
+                    "SELECT id, signed_result FROM results ORDER BY id",
+                    "results",
+                ),
+            ] {
+                let params: [&(dyn ToSql + Sync); 0] = [];
+                let stream = txn.query_raw(sql, params).await.map_err(be)?;
+                pin_mut!(stream);
+                while let Some(row) = stream.next().await {
+                    let row = row.map_err(be)?;
+                    feed(name, row.get(0), row.get(1));
+                }
+            }
+            let params: [&(dyn ToSql + Sync); 0] = [];
+            let stream = txn
+                .query_raw("SELECT serial, entry FROM shares ORDER BY serial", params)
+                .await
+                .map_err(be)?;
+            pin_mut!(stream);
+            while let Some(row) = stream.next().await {
+                let row = row.map_err(be)?;
+                let k = to_u64(row.get(0), "shares")?;
+                feed("shares", &k.to_le_bytes(), row.get(1));
+            }
+            for row in txn
+                .query(
+                    "SELECT batch_id, results_digest, commit FROM batches ORDER BY batch_id",
+                    &[],
+                )
+                .await
+                .map_err(be)?
+            {
+                let k = to_u64(row.get(0), "batches")?;
+                let mut v: Vec<u8> = row.get::<_, Vec<u8>>(1);
+                v.extend_from_slice(row.get(2));
+                feed("batches", &k.to_le_bytes(), &v);
+            }
+            for row in txn
+                .query(
+                    "SELECT key, value FROM meta ORDER BY key COLLATE \"C\"",
+                    &[],
+                )
+                .await
+                .map_err(be)?
+            {
+                let k: &str = row.get(0);
+                let v = to_u64(row.get(1), "meta")?;
+                feed("meta", k.as_bytes(), &v.to_le_bytes());
+            }
+            txn.commit().await.map_err(be)?;
+            Ok(h.finalize().into())
+        })
+    }
+
+    fn summary(&self) -> Result<StoreSummary, StoreError> {
+        use shared_proto::v1::SignedResult;
+        self.run(move |inner| async move {
+            let mut c = inner.conn().await?;
+            let txn = c
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await
+                .map_err(be)?;
+            let mut s = StoreSummary::default();
+            for row in txn
+                .query(
+                    "SELECT q.id, q.record, r.signed_result FROM requests q
+                     LEFT JOIN results r ON r.id = q.id ORDER BY q.id",
+                    &[],
+                )
+                .await
+                .map_err(be)?
+            {
+                let id =
+                    RequestId::from_slice(row.get(0)).ok_or(StoreError::Corrupt("requests"))?;
+                let rec = decode_record(row.get(1))?;
+                let result = match row.get::<_, Option<&[u8]>>(2) {
+                    None => None,
+                    Some(r) => Some(
+                        SignedResult::decode(r)
+                            .map_err(|_| StoreError::Corrupt("results"))?
+                            .result,
+                    ),
+                };
+                s.requests.insert(
+                    id.0,
+                    RequestSummary {
+                        digest: rec.digest,
+                        state: rec.state,
+                        result,
+                    },
+                );
+            }
+            for row in txn
+                .query("SELECT serial FROM shares ORDER BY serial", &[])
+                .await
+                .map_err(be)?
+            {
+                s.serials.push(to_u64(row.get(0), "shares")?);
+            }
+            let m = meta_of(&txn).await?;
+            txn.commit().await.map_err(be)?;
+            s.last_applied_batch = m.last_applied_batch;
+            s.next_serial = m.next_serial;
+            Ok(s)
+        })
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            let n: i64 = c
+                .query_one(
+                    "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint
+                     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname = $1 AND c.relkind = 'r'",
+                    &[&inner.schema],
+                )
+                .await
+                .map_err(be)?
+                .get(0);
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .unwrap_or(0)
+    }
+}
+
+async fn meta_of<C: tokio_postgres::GenericClient>(c: &C) -> Result<Meta, StoreError> {
+    let mut m = Meta {
+        last_applied_batch: 0,
+        next_serial: 1,
+    };
+    for row in c
+        .query("SELECT key, value FROM meta", &[])
+        .await
+        .map_err(be)?
+    {
+        let k: &str = row.get(0);
+        let v = to_u64(row.get(1), "meta")?;
+        match k {
+            LAST_APPLIED => m.last_applied_batch = v,
+            NEXT_SERIAL => m.next_serial = v,
+            _ => {}
+        }
+    }
+    Ok(m)
+}
+
+/// Drops a schema and everything in it (tests and `local-cluster` resets).
+///
+/// # Errors
+/// Unreachable server or bad schema name.
+pub fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
+    if !valid_schema_name(schema) {
+        return Err(StoreError::Backend(
+            "schema name must match [a-z_][a-z0-9_]*".to_owned(),
+        ));
+    }
+    let (rt, _stop) = start_runtime()?;
+    let url = url.to_owned();
+    let schema = schema.to_owned();
+    run_on(&rt, async move {
+        let c = connect(&url, "public").await?;
+        c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .map_err(be)
+    })
+}

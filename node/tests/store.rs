@@ -1,0 +1,422 @@
+//! The store conformance suite: the same tests against the redb store and
+//! the PostgreSQL store. PostgreSQL runs where `OCELLI_TEST_POSTGRES` names a
+//! server (`.ci/postgres.sh` starts one); elsewhere those tests print that
+//! they skip.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use ocelli_node::ids::{RequestId, SerialId};
+use ocelli_node::shares::{StoredShares, ENTRY_BYTES};
+use ocelli_node::store::postgres::{drop_schema, PgOptions, PgStore};
+use ocelli_node::store::redb::RedbStore;
+use ocelli_node::store::{
+    BatchWrite, FinalWrite, Meta, RequestRecord, RequestState, ShareWrite, Store, StoreError,
+};
+use rand::RngCore;
+
+type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A backend under test: opens (and reopens) one store.
+trait Backend {
+    fn open(&self) -> Res<Arc<dyn Store>>;
+}
+
+struct Redb(tempfile::TempDir);
+
+impl Backend for Redb {
+    fn open(&self) -> Res<Arc<dyn Store>> {
+        Ok(Arc::new(RedbStore::open(self.0.path())?))
+    }
+}
+
+/// A fresh schema in the test database, dropped afterwards.
+struct Pg {
+    url: String,
+    schema: String,
+}
+
+impl Pg {
+    fn new() -> Option<Self> {
+        let Ok(url) = std::env::var("OCELLI_TEST_POSTGRES") else {
+            eprintln!("skipping the PostgreSQL store test: OCELLI_TEST_POSTGRES is unset (.ci/postgres.sh starts a server)");
+            return None;
+        };
+        let schema = format!("t_{:016x}", rand::thread_rng().next_u64());
+        Some(Self { url, schema })
+    }
+    fn options(&self) -> PgOptions {
+        PgOptions {
+            url: self.url.clone(),
+            schema: self.schema.clone(),
+            pool_size: 3,
+        }
+    }
+}
+
+impl Backend for Pg {
+    fn open(&self) -> Res<Arc<dyn Store>> {
+        Ok(Arc::new(PgStore::open(&self.options())?))
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        let _ = drop_schema(&self.url, &self.schema);
+    }
+}
+
+fn redb() -> Redb {
+    Redb(tempfile::tempdir().expect("tempdir"))
+}
+
+fn rec(state: RequestState, digest: u8, batch_id: u64) -> RequestRecord {
+    RequestRecord {
+        state: state as u32,
+        digest: vec![digest; 32],
+        received_ms: 1_700_000_000_000,
+        request_type: 1,
+        serial_id: 0,
+        or_policy: false,
+        batch_id,
+        // The submitting gateway's certificate digest must survive like every other field.
+        submitter: vec![digest ^ 0x5a; 32],
+    }
+}
+
+fn shares(fill: u8) -> StoredShares {
+    StoredShares::try_from(&vec![fill; ENTRY_BYTES][..]).expect("entry size")
+}
+
+fn final_write(id: RequestId, batch: u64) -> FinalWrite {
+    FinalWrite {
+        id,
+        record: rec(RequestState::Final, id.0[0], batch),
+        signed_result: Vec::new(),
+    }
+}
+
+/// A fixed sequence of writes; returns the request ids used.
+fn script(s: &dyn Store) -> Res<Vec<RequestId>> {
+    let ids: Vec<RequestId> = (1u8..=6).map(|i| RequestId([i; 16])).collect();
+    for id in &ids {
+        assert!(s.insert_request(id, &rec(RequestState::Pending, id.0[0], 0), &[id.0[0]; 40])?);
+    }
+    s.apply_batch(&BatchWrite {
+        batch: Some((1, b"commit-1".to_vec(), [1; 32])),
+        finals: vec![final_write(ids[0], 1), final_write(ids[1], 1)],
+        shares: vec![
+            (SerialId(1), ShareWrite::Put(shares(1))),
+            (SerialId(2), ShareWrite::Put(shares(2))),
+            (SerialId(3), ShareWrite::Put(shares(3))),
+        ],
+        next_serial: 4,
+    })?;
+    // A later write to the same serial wins within one batch.
+    s.apply_batch(&BatchWrite {
+        batch: Some((2, b"commit-2".to_vec(), [2; 32])),
+        finals: vec![final_write(ids[2], 2)],
+        shares: vec![
+            (SerialId(2), ShareWrite::Delete),
+            (SerialId(4), ShareWrite::Put(shares(4))),
+            (SerialId(4), ShareWrite::Delete),
+            (SerialId(5), ShareWrite::Delete),
+            (SerialId(5), ShareWrite::Put(shares(5))),
+        ],
+        next_serial: 6,
+    })?;
+    // A timeout sweep: no batch entry.
+    s.apply_batch(&BatchWrite {
+        batch: None,
+        finals: vec![final_write(ids[3], 0)],
+        shares: vec![],
+        next_serial: 6,
+    })?;
+    Ok(ids)
+}
+
+fn replay_protection_and_reads(b: &dyn Backend) -> Res {
+    let s = b.open()?;
+    assert_eq!(
+        s.meta()?,
+        Meta {
+            last_applied_batch: 0,
+            next_serial: 1
+        }
+    );
+    let empty = s.fingerprint()?;
+    let id = RequestId([9; 16]);
+    assert!(s.insert_request(&id, &rec(RequestState::Pending, 7, 0), b"env")?);
+    assert_ne!(s.fingerprint()?, empty);
+    let fp = s.fingerprint()?;
+    assert!(!s.insert_request(&id, &rec(RequestState::Pending, 8, 0), b"other")?);
+    assert_eq!(fp, s.fingerprint()?, "a replay writes nothing");
+    assert_eq!(s.envelope(&id)?.as_deref(), Some(&b"env"[..]));
+    assert_eq!(s.request(&id)?.map(|r| r.digest), Some(vec![7; 32]));
+    assert_eq!(s.request(&RequestId([1; 16]))?, None);
+    assert_eq!(s.result(&id)?, None);
+    assert!(s.batch(1)?.is_none());
+    assert_eq!(s.pending_requests()?.len(), 1);
+    Ok(())
+}
+
+fn batches_apply_and_survive_reopen(b: &dyn Backend) -> Res {
+    let s = b.open()?;
+    let ids = script(s.as_ref())?;
+    let check = |s: &dyn Store| -> Res {
+        assert_eq!(
+            s.meta()?,
+            Meta {
+                last_applied_batch: 2,
+                next_serial: 6
+            }
+        );
+        let pending: Vec<_> = s
+            .pending_requests()?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(pending, vec![ids[4], ids[5]], "pending in id order");
+        assert_eq!(s.envelope(&ids[0])?, None);
+        assert_eq!(s.envelope(&ids[4])?, Some(vec![5; 40]));
+        assert_eq!(s.result(&ids[0])?, Some(Vec::new()));
+        assert_eq!(
+            s.request(&ids[3])?.and_then(|r| r.state()),
+            Some(RequestState::Final)
+        );
+        let b2 = s.batch(2)?.expect("batch 2");
+        assert_eq!(
+            (b2.commit.as_slice(), b2.results_digest),
+            (&b"commit-2"[..], [2; 32])
+        );
+        assert_eq!(s.share_count()?, 3);
+        let mut seen = Vec::new();
+        s.for_each_share(&mut |id, sh| seen.push((id.0, sh.as_bytes()[0])))?;
+        assert_eq!(seen, vec![(1, 1), (3, 3), (5, 5)]);
+        let sum = s.summary()?;
+        assert_eq!(sum.serials, vec![1, 3, 5]);
+        assert_eq!(sum.requests.len(), 6);
+        assert_eq!((sum.last_applied_batch, sum.next_serial), (2, 6));
+        assert!(s.size_bytes() > 0);
+        Ok(())
+    };
+    check(s.as_ref())?;
+    let fp = s.fingerprint()?;
+    drop(s);
+    let s = b.open()?;
+    check(s.as_ref())?;
+    assert_eq!(fp, s.fingerprint()?);
+    Ok(())
+}
+
+/// Many entries come back in serial order (the start-up load streams them).
+fn load_streams_in_serial_order(b: &dyn Backend) -> Res {
+    let s = b.open()?;
+    let n = 5_000u64;
+    // Written in descending order over several batches.
+    let mut serial = n;
+    while serial > 0 {
+        let mut w = BatchWrite {
+            next_serial: n + 1,
+            ..BatchWrite::default()
+        };
+        for _ in 0..700 {
+            if serial == 0 {
+                break;
+            }
+            w.shares
+                .push((SerialId(serial), ShareWrite::Put(shares(serial as u8))));
+            serial -= 1;
+        }
+        s.apply_batch(&w)?;
+    }
+    assert_eq!(s.share_count()?, n);
+    let mut next = 1;
+    s.for_each_share(&mut |id, sh| {
+        assert_eq!(id.0, next);
+        assert_eq!(sh.as_bytes()[0], id.0 as u8);
+        next += 1;
+    })?;
+    assert_eq!(next, n + 1);
+    Ok(())
+}
+
+/// Equal contents give equal fingerprints and summaries on both backends.
+fn same_script_same_fingerprint(a: &dyn Backend, b: &dyn Backend) -> Res {
+    let (a, b) = (a.open()?, b.open()?);
+    assert_eq!(a.fingerprint()?, b.fingerprint()?);
+    script(a.as_ref())?;
+    script(b.as_ref())?;
+    assert_eq!(a.fingerprint()?, b.fingerprint()?);
+    assert_eq!(a.summary()?, b.summary()?);
+    Ok(())
+}
+
+#[test]
+fn redb_replay_protection_and_reads() -> Res {
+    replay_protection_and_reads(&redb())
+}
+
+#[test]
+fn redb_batches_apply_and_survive_reopen() -> Res {
+    batches_apply_and_survive_reopen(&redb())
+}
+
+#[test]
+fn redb_load_streams_in_serial_order() -> Res {
+    load_streams_in_serial_order(&redb())
+}
+
+#[test]
+fn postgres_replay_protection_and_reads() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    replay_protection_and_reads(&pg)
+}
+
+#[test]
+fn postgres_batches_apply_and_survive_reopen() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    batches_apply_and_survive_reopen(&pg)
+}
+
+#[test]
+fn postgres_load_streams_in_serial_order() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    load_streams_in_serial_order(&pg)
+}
+
+#[test]
+fn postgres_and_redb_fingerprints_agree() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    same_script_same_fingerprint(&redb(), &pg)
+}
+
+#[test]
+fn postgres_refuses_a_newer_schema() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let s = pg.open()?;
+    drop(s);
+    // Pretend a newer binary migrated this schema.
+    let mut c = postgres_client(&pg.url)?;
+    c(&format!(
+        "INSERT INTO \"{}\".schema_migrations (version) VALUES (999)",
+        pg.schema
+    ))?;
+    match PgStore::open(&pg.options()) {
+        Err(StoreError::SchemaTooNew { found: 999, known }) => assert!(known < 999),
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn postgres_reconnects_after_the_server_drops_connections() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let s = pg.open()?;
+    let id = RequestId([3; 16]);
+    assert!(s.insert_request(&id, &rec(RequestState::Pending, 3, 0), b"env")?);
+    let mut c = postgres_client(&pg.url)?;
+    c(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ocelli/{}'",
+        pg.schema
+    ))?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Every pooled connection was dropped; each call finds one and reconnects.
+    for _ in 0..6 {
+        assert_eq!(s.envelope(&id)?.as_deref(), Some(&b"env"[..]));
+    }
+    Ok(())
+}
+
+/// Runs SQL on a plain connection (outside the store).
+fn postgres_client(url: &str) -> Res<impl FnMut(&str) -> Res> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (client, conn) = rt.block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))?;
+    rt.spawn(conn);
+    Ok(move |sql: &str| -> Res {
+        rt.block_on(client.batch_execute(sql))?;
+        Ok(())
+    })
+}
+
+#[test]
+fn postgres_migrate_store_copies_and_verifies() -> Res {
+    use ocelli_node::store::migrate::{redb_to_postgres, MigrateError};
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let src = redb();
+    let fp = {
+        let s = src.open()?;
+        script(s.as_ref())?;
+        s.fingerprint()?
+    };
+    let report = redb_to_postgres(src.0.path(), &pg.options())?;
+    assert_eq!((report.requests, report.shares, report.batches), (6, 3, 2));
+    assert_eq!(report.fingerprint, fp);
+    assert_eq!(pg.open()?.fingerprint()?, fp);
+    assert!(matches!(
+        redb_to_postgres(src.0.path(), &pg.options()),
+        Err(MigrateError::NotEmpty)
+    ));
+    Ok(())
+}
+
+/// Start-up load rate, for docs/benchmarks.md (`OCELLI_LOAD_PEOPLE`, default
+/// 20,000): enrols people in batches of 1,000, then times the serial-order load.
+///
+/// ```text
+/// cargo test --release -p ocelli-node --test store -- --ignored --nocapture load_rate
+/// ```
+#[test]
+#[ignore = "a measurement"]
+fn load_rate() -> Res {
+    let people: u64 = std::env::var("OCELLI_LOAD_PEOPLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let pg = Pg::new();
+    let mut backends: Vec<(&str, &dyn Backend)> = Vec::new();
+    let r = redb();
+    backends.push(("redb", &r));
+    if let Some(pg) = &pg {
+        backends.push(("postgres", pg));
+    }
+    let mut rng = rand::thread_rng();
+    for (name, b) in backends {
+        let s = b.open()?;
+        let t = std::time::Instant::now();
+        let mut serial = 1;
+        while serial <= people {
+            let mut w = BatchWrite::default();
+            for _ in 0..1_000 {
+                if serial > people {
+                    break;
+                }
+                let mut e = vec![0u8; ENTRY_BYTES];
+                rng.fill_bytes(&mut e);
+                let sh = StoredShares::try_from(&e[..])?;
+                w.shares.push((SerialId(serial), ShareWrite::Put(sh)));
+                serial += 1;
+            }
+            w.next_serial = serial;
+            s.apply_batch(&w)?;
+        }
+        let write = t.elapsed().as_secs_f64();
+        drop(s);
+        let s = b.open()?;
+        let t = std::time::Instant::now();
+        let mut n = 0u64;
+        s.for_each_share(&mut |_, _| n += 1)?;
+        let load = t.elapsed().as_secs_f64();
+        assert_eq!(n, people);
+        println!(
+            "{name}: {people} people ({} MiB): enrolment writes {:.0} people/s, start-up load {:.0} people/s ({:.1} MiB/s)",
+            (people * ENTRY_BYTES as u64) >> 20,
+            people as f64 / write,
+            people as f64 / load,
+            (people * ENTRY_BYTES as u64) as f64 / 1048576.0 / load
+        );
+    }
+    Ok(())
+}
