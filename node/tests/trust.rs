@@ -680,9 +680,9 @@ async fn forged_catch_up_is_refused() -> Res {
 }
 
 /// Finding 5, the full computation: one batch whose database pass is exactly the largest the
-/// node allows (33 uniqueness requests against 4,099 entries: 135,267 pairs, padded to
-/// 8,388,352 comparisons), through the three-party pipeline in memory. It succeeds and no
-/// round message exceeds what a peer message carries. Ignored by default: about 2.5 GB and
+/// node allows (33 uniqueness requests against 8,199 entries: 270,567 pairs, padded to
+/// 16,776,704 comparisons), through the three-party pipeline in memory. It succeeds and no
+/// round message exceeds what a peer message carries. Ignored by default: several GB and
 /// minutes in a debug build; run with
 /// `cargo test --release -p ocelli-node --test trust -- --ignored a_batch_at_the_largest_pass`.
 #[test]
@@ -735,6 +735,9 @@ fn a_batch_at_the_largest_pass_succeeds() {
         "largest pass: {allowed} comparisons, largest message {largest} bytes, {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(largest, 8 * allowed);
+    assert_eq!(
+        largest,
+        ocelli_mpc::pipeline::LARGEST_MESSAGE_BYTES_PER_COMPARISON * allowed
+    );
     assert!(largest <= PEER_MESSAGE_CAP - ocelli_node::config::MPC_FRAME_OVERHEAD);
 }

@@ -1,15 +1,16 @@
-//! `comparison`: the node's comparison phase (docs/design.md section 6, steps 4 to 6) for given
+//! `comparison`: the node's comparison phase (docs/protocol.md, steps 4 to 7) for given
 //! additive dot-product shares and pairwise PRF seeds, run as the three parties through
-//! `ocelli_mpc`: resharing, MPCLift of `md` to Z_{2^32}, `x = A md - 2^16 cd`, and the
-//! MSB of `x`. Each vector holds every party's share of each of these values and the opened
-//! values, which must equal the plaintext integers and the match rule.
+//! `ocelli_mpc`: the split into two parts (party 1's, and the one parties 0 and 2 share), the
+//! cross term `A u v` of the lift, `x = A md - 2^16 cd` in Z_{2^32}, and the MSB of `x`. Each
+//! vector holds every party's part of each of these values and the opened values, which must
+//! equal the plaintext integers and the match rule.
 
 use rand_core::RngCore;
 use serde::{Deserialize, Serialize};
 
 use ocelli_mpc::compare::{compare, match_bits, Comparison};
 use ocelli_mpc::local::run_three_seeded;
-use ocelli_mpc::share::{Replicated, Word};
+use ocelli_mpc::share::Replicated;
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts};
 use sdk_orb::PARTIES;
 
@@ -41,35 +42,37 @@ pub enum Case {
         md_shares: Vec<HexU16>,
         /// The pairwise PRF seeds: `prf_seeds[i]` is shared by parties `i` and `i+1`.
         prf_seeds: Vec<Hex>,
-        /// Each party's own components of the replicated values, parties 0, 1, 2.
+        /// Each party's parts of the values it holds, parties 0, 1, 2.
         parties: Vec<Components>,
-        /// Opened `2^16 cd` in Z_{2^32} (the free lift of `cd`).
-        lifted_cd: HexU32,
-        /// Opened lifted `md`: the integer `md`.
-        lifted_md: HexU32,
-        /// Opened `x = A md - 2^16 cd` in Z_{2^32}.
+        /// Opened `cd` over Z_{2^16}: the sum of party 1's part and the others' part.
+        cd: HexU16,
+        /// Opened `md` over Z_{2^16`.
+        md: HexU16,
+        /// Opened cross term `A u v` over Z_{2^16}, `u` and `v` the top bits of party 1's and
+        /// the others' part of `md`.
+        cross: HexU16,
+        /// Opened `x = A md - 2^16 cd` in Z_{2^32}, with `md` the integer (lifted).
         x: HexU32,
         /// Opened `MSB(x)`: the match bits.
         matches: Bits,
     },
 }
 
-/// One party's own components `v_i` of the replicated values it holds after each step (its
-/// other component is the previous party's own).
+/// One party's parts of the values it holds after each step: party 1 holds the single part of
+/// each two-part value, parties 0 and 2 the same other part; the match bits are a replicated
+/// XOR sharing, of which this is the party's own component.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Components {
-    /// `cd` after resharing, Z_{2^16}.
+    /// Part of `cd` after the split, Z_{2^16}.
     pub cd: HexU16,
-    /// `md` after resharing, Z_{2^16}.
+    /// Part of `md` after the split, Z_{2^16}.
     pub md: HexU16,
-    /// `2^16 cd`, the lift of `cd` to Z_{2^32} (local).
-    pub lifted_cd: HexU32,
-    /// `md` after MPCLift, Z_{2^32}.
-    pub lifted_md: HexU32,
-    /// `x`, Z_{2^32}.
+    /// Part of the cross term `A u v`, Z_{2^16}.
+    pub cross: HexU16,
+    /// Part of `x`, Z_{2^32}.
     pub x: HexU32,
-    /// `MSB(x)`, XOR-shared bits.
+    /// `MSB(x)`, own XOR component.
     pub matches: Bits,
 }
 
@@ -77,13 +80,14 @@ pub struct Components {
 #[derive(Debug, PartialEq, Eq)]
 struct Outputs {
     parties: Vec<Components>,
-    lifted_cd: Vec<u32>,
-    lifted_md: Vec<u32>,
+    cd: Vec<u16>,
+    md: Vec<u16>,
+    cross: Vec<u16>,
     x: Vec<u32>,
     matches: Vec<bool>,
-    /// How often the integer sum of the reshared `md` components wraps 2^16 (0, 1 or 2):
-    /// the carries MPCLift removes. Not recorded; the generator checks all three occur.
-    md_wraps: Vec<u32>,
+    /// The top bits `(u, v)` of the two parts of `md`, as `2 u + v`: the generator checks that
+    /// all four patterns occur. Not recorded.
+    md_tops: Vec<u16>,
 }
 
 /// The first `n` bits of a bit plane.
@@ -93,15 +97,23 @@ fn plane_bits(words: &[u64], n: usize) -> Vec<bool> {
         .collect()
 }
 
-/// Checks that party `i`'s previous component is party `i-1`'s own, for every party.
-fn consistent<W: Word + PartialEq>(
-    shares: [&Replicated<W>; PARTIES],
-    what: &str,
-) -> Result<(), String> {
+/// Checks that parties 0 and 2 hold the same part of each two-part value, and that party `i`'s
+/// previous component of the match bits is party `i-1`'s own.
+fn consistent(p: [&Comparison; PARTIES]) -> Result<(), String> {
+    let same = [
+        ("cd", p[0].cd == p[2].cd),
+        ("md", p[0].md == p[2].md),
+        ("cross", p[0].cross == p[2].cross),
+        ("x", p[0].x == p[2].x),
+    ];
+    if let Some((what, _)) = same.iter().find(|(_, ok)| !ok) {
+        return Err(format!("{what}: parties 0 and 2 hold different parts"));
+    }
+    let bits: [&Replicated<u64>; PARTIES] = p.map(|c| &c.matches);
     for i in 0..PARTIES {
-        if shares[i].prev != shares[(i + 2) % PARTIES].own {
+        if bits[i].prev != bits[(i + 2) % PARTIES].own {
             return Err(format!(
-                "{what}: party {i}'s previous component differs from party {}'s own",
+                "matches: party {i}'s previous component differs from party {}'s own",
                 (i + 2) % PARTIES
             ));
         }
@@ -109,21 +121,18 @@ fn consistent<W: Word + PartialEq>(
     Ok(())
 }
 
-/// Whether the comparison phase decides `(cd, md)` correctly: `cd` and `md` fit their 16-bit
-/// encodings and `A md - 2^16 cd` lies in `[-2^31, 2^31)`, so its sign is the MSB of `x`.
-/// Every genuine pair (`|cd| <= md <= 12,800`) is inside for any `A <= 2^16`.
+/// Whether the comparison phase decides `(cd, md)` correctly: `cd` fits its 16-bit encoding,
+/// `md < 2^15` (the lift reads the wrap of `md`'s two parts from their top bits), and
+/// `A md - 2^16 cd` lies in `[-2^31, 2^31)`, so its sign is the MSB of `x`. Every genuine
+/// pair (`|cd| <= md <= 12,800`) is inside for any `A <= 2^16`.
 fn in_domain(cd: i32, md: u32, a: u32) -> bool {
     let v = i64::from(a) * i64::from(md) - (1i64 << 16) * i64::from(cd);
-    i16::try_from(cd).is_ok()
-        && u16::try_from(md).is_ok()
-        && (-(1i64 << 31)..(1i64 << 31)).contains(&v)
+    i16::try_from(cd).is_ok() && md < 1 << 15 && (-(1i64 << 31)..(1i64 << 31)).contains(&v)
 }
 
-/// The plaintext values the opened outputs must equal: `(2^16 cd, md, A md - 2^16 cd)` in
-/// Z_{2^32} and the rule `2^16 cd > A md` of `sdk_orb::plaintext`.
-fn plaintext(cd: &[i32], md: &[u32], a: u32) -> (Vec<u32>, Vec<u32>, Vec<u32>, Vec<bool>) {
-    let lifted_cd = cd.iter().map(|&c| (c as u32).wrapping_shl(16)).collect();
-    let lifted_md = md.to_vec();
+/// The plaintext values the opened outputs must equal: `A md - 2^16 cd` in Z_{2^32} and the
+/// rule `2^16 cd > A md` of `sdk_orb::plaintext`.
+fn plaintext(cd: &[i32], md: &[u32], a: u32) -> (Vec<u32>, Vec<bool>) {
     let x = cd
         .iter()
         .zip(md)
@@ -134,7 +143,7 @@ fn plaintext(cd: &[i32], md: &[u32], a: u32) -> (Vec<u32>, Vec<u32>, Vec<u32>, V
         .zip(md)
         .map(|(&cd, &md)| DotProducts { cd, md }.matches(a))
         .collect();
-    (lifted_cd, lifted_md, x, matches)
+    (x, matches)
 }
 
 /// Runs the comparison phase as the three parties with the given inputs and seeds, checks the
@@ -159,11 +168,7 @@ fn run(
         parties.push(result?);
     }
     let p: [&Comparison; PARTIES] = [&parties[0], &parties[1], &parties[2]];
-    consistent(p.map(|c| &c.cd), "cd")?;
-    consistent(p.map(|c| &c.md), "md")?;
-    consistent(p.map(|c| &c.lifted_md), "lifted_md")?;
-    consistent(p.map(|c| &c.x), "x")?;
-    consistent(p.map(|c| &c.matches), "matches")?;
+    consistent(p)?;
 
     let again = run_three_seeded(seeds, |s| {
         let i = s.party().index();
@@ -177,14 +182,11 @@ fn run(
         }
     }
 
-    let sum16 = |f: fn(&Comparison) -> &Replicated<u16>| -> Vec<u16> {
+    // Party 1 holds the single part, party 0 the other.
+    let (single, pair) = (p[1], p[0]);
+    let sum16 = |f: fn(&Comparison) -> &Vec<u16>| -> Vec<u16> {
         (0..n)
-            .map(|e| p.iter().fold(0u16, |acc, c| acc.wrapping_add(f(c).own[e])))
-            .collect()
-    };
-    let sum32 = |f: fn(&Comparison) -> &Replicated<u32>| -> Vec<u32> {
-        (0..n)
-            .map(|e| p.iter().fold(0u32, |acc, c| acc.wrapping_add(f(c).own[e])))
+            .map(|e| f(single)[e].wrapping_add(f(pair)[e]))
             .collect()
     };
     let opened_bits: Vec<u64> = (0..parties[0].matches.len())
@@ -194,23 +196,22 @@ fn run(
         parties: parties
             .iter()
             .map(|c| Components {
-                cd: HexU16(c.cd.own.clone()),
-                md: HexU16(c.md.own.clone()),
-                lifted_cd: HexU32(c.cd.own.iter().map(|&v| u32::from(v) << 16).collect()),
-                lifted_md: HexU32(c.lifted_md.own.clone()),
-                x: HexU32(c.x.own.clone()),
+                cd: HexU16(c.cd.clone()),
+                md: HexU16(c.md.clone()),
+                cross: HexU16(c.cross.clone()),
+                x: HexU32(c.x.clone()),
                 matches: Bits(plane_bits(&c.matches.own, n)),
             })
             .collect(),
-        lifted_cd: sum16(|c| &c.cd)
-            .into_iter()
-            .map(|c| u32::from(c) << 16)
+        cd: sum16(|c| &c.cd),
+        md: sum16(|c| &c.md),
+        cross: sum16(|c| &c.cross),
+        x: (0..n)
+            .map(|e| single.x[e].wrapping_add(pair.x[e]))
             .collect(),
-        lifted_md: sum32(|c| &c.lifted_md),
-        x: sum32(|c| &c.x),
         matches: plane_bits(&opened_bits, n),
-        md_wraps: (0..n)
-            .map(|e| p.iter().map(|c| u32::from(c.md.own[e])).sum::<u32>() >> 16)
+        md_tops: (0..n)
+            .map(|e| 2 * (single.md[e] >> 15) + (pair.md[e] >> 15))
             .collect(),
     })
 }
@@ -241,17 +242,20 @@ fn check_plaintext(
             ));
         }
     }
-    let (lifted_cd, lifted_md, x, matches) = plaintext(cd, md, a);
+    let (x, matches) = plaintext(cd, md, a);
+    let as16 = |v: &[i32]| -> Vec<u16> { v.iter().map(|&c| c as u16).collect() };
+    expect_eq("opened cd vs plaintext cd", &out.cd, &as16(cd))?;
     expect_eq(
-        "opened lifted cd vs plaintext 2^16 cd",
-        &out.lifted_cd,
-        &lifted_cd,
+        "opened md vs plaintext md",
+        &out.md,
+        &md.iter().map(|&m| m as u16).collect::<Vec<_>>(),
     )?;
-    expect_eq(
-        "opened lifted md vs plaintext md",
-        &out.lifted_md,
-        &lifted_md,
-    )?;
+    let cross: Vec<u16> = out
+        .md_tops
+        .iter()
+        .map(|&t| (a as u16).wrapping_mul(u16::from(t == 3)))
+        .collect();
+    expect_eq("opened cross term vs A u v", &out.cross, &cross)?;
     expect_eq("opened x vs plaintext A md - 2^16 cd", &out.x, &x)?;
     expect_eq(
         "opened match bits vs 2^16 cd > A md",
@@ -299,8 +303,8 @@ struct Plan {
     shares: Vec<Shares>,
 }
 
-/// The vector of `plan`, and how often the reshared `md` components wrap.
-fn case(plan: &Plan) -> Result<(Case, Vec<u32>), String> {
+/// The vector of `plan`, and the top-bit patterns of the parts of `md`.
+fn case(plan: &Plan) -> Result<(Case, Vec<u16>), String> {
     let mut stream = rng(&seed(&format!("comparison/{}/shares", plan.label)));
     let mut cd_shares: [Vec<u16>; PARTIES] = Default::default();
     let mut md_shares: [Vec<u16>; PARTIES] = Default::default();
@@ -318,7 +322,7 @@ fn case(plan: &Plan) -> Result<(Case, Vec<u32>), String> {
     let (plain_cd, plain_md): (Vec<i32>, Vec<u32>) = plan.pairs.iter().copied().unzip();
     let out = run(plan.a, &cd_shares, &md_shares, &seeds)?;
     check_plaintext(&out, &plain_cd, &plain_md, &cd_shares, &md_shares, plan.a)?;
-    let md_wraps = out.md_wraps.clone();
+    let md_tops = out.md_tops.clone();
     let case = Case::Compare {
         threshold_a: plan.a,
         plain_cd,
@@ -327,12 +331,13 @@ fn case(plan: &Plan) -> Result<(Case, Vec<u32>), String> {
         md_shares: md_shares.into_iter().map(HexU16).collect(),
         prf_seeds: seeds.iter().map(|s| Hex(s.to_vec())).collect(),
         parties: out.parties,
-        lifted_cd: HexU32(out.lifted_cd),
-        lifted_md: HexU32(out.lifted_md),
+        cd: HexU16(out.cd),
+        md: HexU16(out.md),
+        cross: HexU16(out.cross),
         x: HexU32(out.x),
         matches: Bits(out.matches),
     };
-    Ok((case, md_wraps))
+    Ok((case, md_tops))
 }
 
 /// `cd` one below, at and one above `floor(A md / 2^16)`: the last two straddle the
@@ -376,7 +381,7 @@ fn plans() -> Vec<Plan> {
         ties.extend([(c - 1, md), (c, md), (c + 1, md)]);
     }
     let mut beyond = Vec::new();
-    for md in [16_384, 32_768, 65_535] {
+    for md in [16_384, 32_767] {
         beyond.extend(around_threshold(a, md));
     }
     let wrap_values = [
@@ -436,9 +441,9 @@ fn plans() -> Vec<Plan> {
         },
         Plan {
             label: "beyond",
-            comment: "default threshold, md beyond the template range: exact ties at \
-                md = 2^14 (cd = 5079) and 2^15, and md = 2^16 - 1, which the lift must keep \
-                unsigned",
+            comment: "default threshold, md beyond the template range: an exact tie at \
+                md = 2^14 (cd = 5079), and md = 2^15 - 1, the largest md the lift reads from \
+                the top bits of its two parts",
             flags: vec![Flag::EdgeCase],
             a,
             pairs: beyond,
@@ -447,7 +452,7 @@ fn plans() -> Vec<Plan> {
         Plan {
             label: "wraps",
             comment: "input shares of each of seven values held by party 0 alone, summing to \
-                the value plus 2^16 and plus 2^17, and uniform: the resharing must keep the \
+                the value plus 2^16 and plus 2^17, and uniform: the split must keep the \
                 value and hide the pattern",
             flags: vec![Flag::EdgeCase],
             a,
@@ -487,25 +492,27 @@ impl crate::Spec for Spec {
     type Case = Case;
     const FAMILY: Family = Family::Comparison;
     const DESCRIPTION: &'static str = "The comparison phase of the node's MPC, run as the three \
-        parties: additive (cd, md) shares over Z_{2^16} are reshared into replicated shares \
-        (ABY3), md is lifted to Z_{2^32} (MPCLift), x = A md - 2^16 cd, and MSB(x) = 1 iff \
-        2^16 cd > A md. Per-party components depend on the correlated randomness (ChaCha12 \
-        streams keyed by prf_seeds, drawn in the node's order); the opened values are \
-        semantic and equal the plaintext integers and the match rule.";
+        parties: additive (cd, md) shares over Z_{2^16} are split into a part party 1 holds \
+        and a part parties 0 and 2 hold; md is lifted to Z_{2^32} from the parts' top bits u, \
+        v with the cross term A u v split by a three-party OT; x = A md - 2^16 cd in \
+        Z_{2^32}; and MSB(x) = 1 iff 2^16 cd > A md, by a binary adder over the two parts of \
+        x. Per-party parts depend on the correlated randomness (ChaCha12 streams keyed by \
+        prf_seeds, drawn in the node's order); the opened values are semantic and equal the \
+        plaintext integers and the match rule.";
 
     fn generate(_sources: &Sources) -> Result<Vec<Vector<Case>>, String> {
         let mut out = Vec::new();
-        let mut wraps = [false; PARTIES];
+        let mut tops = [false; 4];
         for plan in plans() {
-            let (c, md_wraps) = case(&plan).map_err(|e| format!("{}: {e}", plan.label))?;
-            for w in md_wraps {
-                wraps[w as usize] = true;
+            let (c, md_tops) = case(&plan).map_err(|e| format!("{}: {e}", plan.label))?;
+            for t in md_tops {
+                tops[usize::from(t)] = true;
             }
             out.push((plan.comment.to_string(), plan.flags.clone(), c));
         }
-        if wraps != [true; PARTIES] {
+        if tops != [true; 4] {
             return Err(format!(
-                "the reshared md components must wrap 2^16 zero, one and two times: {wraps:?}"
+                "the top bits (u, v) of md's two parts must take all four patterns: {tops:?}"
             ));
         }
         Ok(Vector::numbered(out))
@@ -520,8 +527,9 @@ impl crate::Spec for Spec {
             md_shares,
             prf_seeds,
             parties,
-            lifted_cd,
-            lifted_md,
+            cd,
+            md,
+            cross,
             x,
             matches,
         } = &vector.case;
@@ -546,21 +554,13 @@ impl crate::Spec for Spec {
         for (p, (got, want)) in out.parties.iter().zip(parties).enumerate() {
             expect_eq(&format!("party {p} cd"), &got.cd, &want.cd)?;
             expect_eq(&format!("party {p} md"), &got.md, &want.md)?;
-            expect_eq(
-                &format!("party {p} lifted_cd"),
-                &got.lifted_cd,
-                &want.lifted_cd,
-            )?;
-            expect_eq(
-                &format!("party {p} lifted_md"),
-                &got.lifted_md,
-                &want.lifted_md,
-            )?;
+            expect_eq(&format!("party {p} cross"), &got.cross, &want.cross)?;
             expect_eq(&format!("party {p} x"), &got.x, &want.x)?;
             expect_eq(&format!("party {p} matches"), &got.matches, &want.matches)?;
         }
-        expect_eq("lifted_cd", &out.lifted_cd, &lifted_cd.0)?;
-        expect_eq("lifted_md", &out.lifted_md, &lifted_md.0)?;
+        expect_eq("cd", &out.cd, &cd.0)?;
+        expect_eq("md", &out.md, &md.0)?;
+        expect_eq("cross", &out.cross, &cross.0)?;
         expect_eq("x", &out.x, &x.0)?;
         expect_eq("matches", &out.matches, &matches.0)
     }

@@ -1,61 +1,239 @@
 //! The comparison phase: from additive dot-product shares `(cd, md)` over Z_{2^16} to a shared
 //! match bit per comparison, and the OR/AND trees over rotations, eyes and the database.
 //!
-//! Per comparison: reshare (1 round); MPCLift of `md` to Z_{2^32}: full adder (1), carry tree
-//! over 15 positions (5), bit injection of two carry bits (2); `x = A md - 2^16 cd` locally;
-//! MSB of `x`: full adder (1), carry tree over 30 positions (6). `MSB(x) = 1` iff
-//! `2^16 cd > A md`: strict, so `md = 0` never matches.
+//! Two-part form. [`split`] turns the additive shares into `v = a + b` (mod 2^16) with `a` held
+//! by party 1 alone and `b` by parties 0 and 2 together (one round). Everything up to the
+//! binary adder then works on the two parts:
+//!
+//! - Lift of `md` (genuine pairs have `md <= 12,800 < 2^15`): `a + b` wraps 2^16 exactly when
+//!   `a >= 2^15` or `b >= 2^15` (if it wraps, one part is at least 2^15; if not, both are below
+//!   `md`). With `u`, `v` those top bits, known to party 1 and to parties 0 and 2, the integer
+//!   `md = a + b - 2^16 (u + v - u v)`.
+//! - `x = A md - 2^16 cd` in Z_{2^32}; `2^16 cd` lifts `cd` for free. Everything but the cross
+//!   term `2^16 A u v` splits by holder. The cross term's Z_{2^16} factor `A u v` is split by
+//!   one three-party OT (sender party 1, choice `v`): 2 bytes from each party.
+//! - `MSB(x)`: party 1 inputs its 32-bit part as a binary sharing, parties 0 and 2 hold theirs
+//!   as a component already, and [`crate::binary::carry_into`] adds them.
+//!
+//! `MSB(x) = 1` iff `2^16 cd > A md`: strict, so `md = 0` never matches. Rounds: split 1,
+//! cross term 1, exchange of the parts 1, carry 7: 10. Bytes each party sends per
+//! comparison: 13.75 (party 0: split 4, cross term 2, AND gates 7.75; party 1: cross term 2,
+//! binary input 4, gates 7.75; party 2: split 4, forwarding `q` 2, gates 7.75).
 
-use crate::binary::{carry_into, carry_save};
-use crate::bits::words_for;
-use crate::inject::inject_bits;
-use crate::network::{NetworkError, Transport};
+use sdk_orb::PartyId;
+
+use crate::binary::{carry_into, plane};
+use crate::bits::{to_planes, words_for};
+use crate::network::{NetworkError, Peer, Transport};
 use crate::session::Session;
 use crate::share::Replicated;
 
-/// Lifts replicated shares of `md` from Z_{2^16} to Z_{2^32} (MPCLift). The components summed
-/// as integers give `S = md + 2^16 (c_15 + C_16)`, where `c_15` is the top carry of the full
-/// adder and `C_16` the carry into bit 16; both bits are injected and subtracted.
+/// Bits of `x`; its MSB is the sign of `A md - 2^16 cd` for every pair in the domain.
+const X_BITS: usize = 32;
+
+/// The party that holds the single part `a` of a two-part sharing; the other two hold `b`.
+pub const SINGLE: PartyId = PartyId::ALL[1];
+
+/// Turns additive shares `s_i` over Z_{2^16} into two parts `a + b = s_0 + s_1 + s_2`: party 1
+/// gets `a = (s_0 + r) + s_1 - t`, parties 0 and 2 get `b = s_2 + t - r`, with `r` from the
+/// stream of parties 2 and 0 and `t` from the stream of parties 1 and 2. Party 0 sends
+/// `s_0 + r` to party 1 and party 2 sends `b` to party 0, each masked by a pad its receiver
+/// lacks. One round; draws `n` u16 from each of those two streams. Returns this party's part.
 ///
 /// # Errors
 /// Transport failures.
-pub fn lift<T: Transport>(
+pub fn split<T: Transport>(
     session: &mut Session<'_, T>,
-    md: &Replicated<u16>,
-) -> Result<Replicated<u32>, NetworkError> {
-    let n = md.len();
-    let w = words_for(n);
-    let cs = carry_save(session, md, 16)?;
-    let c16 = carry_into(session, &cs, 16)?;
-    let c15 = cs.c(15);
-    let injected = inject_bits(session, &Replicated::concat(&[&c15, &c16]))?;
-    let overflow = |comp: &[u16]| -> Vec<u32> {
-        (0..n)
-            .map(|e| u32::from(comp[e].wrapping_add(comp[64 * w + e])) << 16)
-            .collect()
-    };
-    let (o_own, o_prev) = (overflow(&injected.own), overflow(&injected.prev));
-    Ok(Replicated::new(
-        (0..n)
-            .map(|e| u32::from(md.own[e]).wrapping_sub(o_own[e]))
-            .collect(),
-        (0..n)
-            .map(|e| u32::from(md.prev[e]).wrapping_sub(o_prev[e]))
-            .collect(),
-    ))
+    additive: &[u16],
+) -> Result<Vec<u16>, NetworkError> {
+    let n = additive.len();
+    session.round();
+    match session.party().index() {
+        0 => {
+            let r = session.randomness().prev_u16(n);
+            session.send(Peer::Next, &add(additive, &r))?;
+            session.recv(Peer::Prev, n)
+        }
+        1 => {
+            let t = session.randomness().next_u16(n);
+            let masked: Vec<u16> = session.recv(Peer::Prev, n)?;
+            Ok(sub(&add(&masked, additive), &t))
+        }
+        _ => {
+            let r = session.randomness().next_u16(n);
+            let t = session.randomness().prev_u16(n);
+            let b = sub(&add(additive, &t), &r);
+            session.send(Peer::Next, &b)?;
+            Ok(b)
+        }
+    }
 }
 
-/// The most significant bit of shared 32-bit values, as one bit plane.
-///
-/// # Errors
-/// Transport failures.
-pub fn msb<T: Transport>(
+fn add(x: &[u16], y: &[u16]) -> Vec<u16> {
+    x.iter().zip(y).map(|(a, b)| a.wrapping_add(*b)).collect()
+}
+
+fn sub(x: &[u16], y: &[u16]) -> Vec<u16> {
+    x.iter().zip(y).map(|(a, b)| a.wrapping_sub(*b)).collect()
+}
+
+/// The top bit of each part: `u` at party 1, `v` at parties 0 and 2.
+fn top_bits(md: &[u16]) -> Vec<u16> {
+    md.iter().map(|m| m >> 15).collect()
+}
+
+/// This party's part of `A u v` over Z_{2^16}, by a three-party OT in which party 1 sends,
+/// party 2 receives with choice `v` and party 0, which knows `v` too, helps. Pads `W_0, W_1`
+/// come from the stream of parties 0 and 1, `p_2` from the stream of parties 1 and 2. Party 1
+/// keeps `p = W_0 + p_2`, so neither party that ends up with `q = A u v - p` can unmask it.
+/// Party 1's message for `v = 0` would be `W_0 - p = -p_2`, which party 2 already knows, so it
+/// sends only `k_1 = W_1 + A u - p`; party 0 sends `W_v`; party 2 takes `q = k_v - W_v`.
+/// Returns `p` at party 1, `q` at party 2 and nothing at party 0, which gets `q` in
+/// [`exchange_parts`]. One round; draws `n` u16 `W_0`, then `n` u16 `W_1` from the stream of
+/// parties 0 and 1, and `n` u16 `p_2` from the stream of parties 1 and 2.
+fn cross_term<T: Transport>(
     session: &mut Session<'_, T>,
-    x: &Replicated<u32>,
-) -> Result<Replicated<u64>, NetworkError> {
-    let cs = carry_save(session, x, 32)?;
-    let carry = carry_into(session, &cs, 31)?;
-    Ok(cs.s(31).xor(&cs.c(30)).xor(&carry))
+    md: &[u16],
+    a: u32,
+) -> Result<Vec<u16>, NetworkError> {
+    let n = md.len();
+    let a16 = a as u16;
+    let top = top_bits(md);
+    session.round();
+    match session.party().index() {
+        0 => {
+            let w0 = session.randomness().next_u16(n);
+            let w1 = session.randomness().next_u16(n);
+            let chosen: Vec<u16> = (0..n)
+                .map(|e| if top[e] == 1 { w1[e] } else { w0[e] })
+                .collect();
+            session.send(Peer::Prev, &chosen)?;
+            Ok(Vec::new())
+        }
+        1 => {
+            let w0 = session.randomness().prev_u16(n);
+            let w1 = session.randomness().prev_u16(n);
+            let p2 = session.randomness().next_u16(n);
+            let p = add(&w0, &p2);
+            let k1: Vec<u16> = (0..n)
+                .map(|e| {
+                    w1[e]
+                        .wrapping_add(a16.wrapping_mul(top[e]))
+                        .wrapping_sub(p[e])
+                })
+                .collect();
+            session.send(Peer::Next, &k1)?;
+            Ok(p)
+        }
+        _ => {
+            let p2 = session.randomness().prev_u16(n);
+            let k1: Vec<u16> = session.recv(Peer::Prev, n)?;
+            let chosen: Vec<u16> = session.recv(Peer::Next, n)?;
+            Ok((0..n)
+                .map(|e| {
+                    let k = if top[e] == 1 {
+                        k1[e]
+                    } else {
+                        0u16.wrapping_sub(p2[e])
+                    };
+                    k.wrapping_sub(chosen[e])
+                })
+                .collect())
+        }
+    }
+}
+
+/// This party's parts after the exchange.
+struct XParts {
+    /// Its part of the cross term (`q` now also at party 0).
+    cross: Vec<u16>,
+    /// Its part of `x`.
+    x: Vec<u32>,
+    /// Party 1's part of `x` as an XOR sharing.
+    single: Replicated<u64>,
+    /// The part of parties 0 and 2 as an XOR sharing.
+    pair: Replicated<u64>,
+}
+
+/// Each party's part of `x` as a binary sharing of two values: party 1's part as components
+/// `(R, x_1 ^ R, 0)` with planes `R` from the stream of parties 0 and 1 (party 1 sends
+/// `x_1 ^ R` to party 2), and the part of parties 0 and 2 as component 2 (party 2 forwards
+/// `q` to party 0 first, which completes its part). One round; draws `X_BITS * words_for(n)`
+/// u64 from the stream of parties 0 and 1.
+fn exchange_parts<T: Transport>(
+    session: &mut Session<'_, T>,
+    cd: &[u16],
+    md: &[u16],
+    mut cross: Vec<u16>,
+    a: u32,
+) -> Result<XParts, NetworkError> {
+    let n = md.len();
+    let planes = X_BITS * words_for(n);
+    let zeros = || vec![0u64; planes];
+    session.round();
+    let x_of = |cross: &[u16]| x_part(md, cd, &top_bits(md), cross, a);
+    match session.party().index() {
+        0 => {
+            let r = session.randomness().next_bits(planes);
+            cross = session.recv(Peer::Prev, n)?;
+            let x = x_of(&cross);
+            let pair = Replicated::new(zeros(), to_planes(&x, X_BITS));
+            let single = Replicated::new(r, zeros());
+            Ok(XParts {
+                cross,
+                x,
+                single,
+                pair,
+            })
+        }
+        1 => {
+            let r = session.randomness().prev_bits(planes);
+            let x = x_of(&cross);
+            let masked: Vec<u64> = to_planes(&x, X_BITS)
+                .iter()
+                .zip(&r)
+                .map(|(x, r)| x ^ r)
+                .collect();
+            session.send(Peer::Next, &masked)?;
+            let single = Replicated::new(masked, r);
+            let pair = Replicated::zeros(planes);
+            Ok(XParts {
+                cross,
+                x,
+                single,
+                pair,
+            })
+        }
+        _ => {
+            session.send(Peer::Next, &cross)?;
+            let masked: Vec<u64> = session.recv(Peer::Prev, planes)?;
+            let x = x_of(&cross);
+            let pair = Replicated::new(to_planes(&x, X_BITS), zeros());
+            let single = Replicated::new(zeros(), masked);
+            Ok(XParts {
+                cross,
+                x,
+                single,
+                pair,
+            })
+        }
+    }
+}
+
+/// A holder's part of `x = A md - 2^16 cd` in Z_{2^32}: `A m - 2^16 (c + A t - k)` for its
+/// parts `m`, `c`, top bit `t` and cross-term part `k`. `2^16 y` in Z_{2^32} depends only on
+/// `y` mod 2^16, so the bracket is formed over Z_{2^16}.
+fn x_part(md: &[u16], cd: &[u16], top: &[u16], cross: &[u16], a: u32) -> Vec<u32> {
+    let a16 = a as u16;
+    (0..md.len())
+        .map(|e| {
+            let high = cd[e]
+                .wrapping_add(a16.wrapping_mul(top[e]))
+                .wrapping_sub(cross[e]);
+            a.wrapping_mul(u32::from(md[e]))
+                .wrapping_sub(u32::from(high) << 16)
+        })
+        .collect()
 }
 
 /// One party's share of everything the comparison phase computes for a batch of comparisons,
@@ -63,22 +241,23 @@ pub fn msb<T: Transport>(
 /// only [`Comparison::matches`].
 #[derive(Debug)]
 pub struct Comparison {
-    /// `cd` over Z_{2^16}, reshared from the additive inputs. Its lift to Z_{2^32} is
-    /// `2^16 cd`, computed locally.
-    pub cd: Replicated<u16>,
-    /// `md` over Z_{2^16}, reshared from the additive inputs.
-    pub md: Replicated<u16>,
-    /// `md` lifted to Z_{2^32} (MPCLift): the integer `md`, not reduced mod 2^16.
-    pub lifted_md: Replicated<u32>,
-    /// `x = A md - 2^16 cd` in Z_{2^32}.
-    pub x: Replicated<u32>,
-    /// `MSB(x)`, one bit plane: 1 iff `2^16 cd > A md`.
+    /// This party's part of `cd` after [`split`]: `a` at party 1, `b` at parties 0 and 2.
+    pub cd: Vec<u16>,
+    /// This party's part of `md` after [`split`].
+    pub md: Vec<u16>,
+    /// This party's part of `A u v` over Z_{2^16}: `p` at party 1, `q` at parties 0 and 2.
+    pub cross: Vec<u16>,
+    /// This party's part of `x = A md - 2^16 cd` in Z_{2^32}: the integer `md`, lifted.
+    pub x: Vec<u32>,
+    /// `MSB(x)`, one replicated bit plane: 1 iff `2^16 cd > A md`.
     pub matches: Replicated<u64>,
 }
 
-/// The comparison phase for additive dot-product shares `(cd, md)` over Z_{2^16}: reshare,
-/// lift `md`, form `x = A md - 2^16 cd`, extract its MSB. Draws from the streams in that
-/// order: the resharing (`2n` u16 each), then the lift and the MSB (see [`lift`], [`msb`]).
+/// The comparison phase for additive dot-product shares `(cd, md)` over Z_{2^16}, for pairs
+/// with `md < 2^15` and `A md - 2^16 cd` in `[-2^31, 2^31)` (every genuine pair: `|cd| <= md
+/// <= 12,800`). Draws from the streams in this order: [`split`] of `cd` then `md` as one
+/// vector of `2n`, the cross term, party 1's binary input, then one
+/// XOR zero-sharing per AND round of the adder ([`Session::and`]).
 ///
 /// # Errors
 /// Transport failures.
@@ -93,24 +272,29 @@ pub fn compare<T: Transport>(
 ) -> Result<Comparison, NetworkError> {
     assert_eq!(cd.len(), md.len());
     let n = cd.len();
+    let w = words_for(n);
     let (cd, md) = {
         let both: Vec<u16> = cd.iter().chain(md).copied().collect();
-        let shared = session.reshare_u16(&both)?;
-        (shared.slice(0..n), shared.slice(n..2 * n))
+        let mut parts = split(session, &both)?;
+        let md = parts.split_off(n);
+        (parts, md)
     };
-    let lifted_md = lift(session, &md)?;
-    let x = |m: &[u32], c: &[u16]| -> Vec<u32> {
-        m.iter()
-            .zip(c)
-            .map(|(&m, &c)| a.wrapping_mul(m).wrapping_sub(u32::from(c) << 16))
-            .collect()
-    };
-    let x = Replicated::new(x(&lifted_md.own, &cd.own), x(&lifted_md.prev, &cd.prev));
-    let matches = msb(session, &x)?;
+    let cross = cross_term(session, &md, a)?;
+    let XParts {
+        cross,
+        x,
+        single,
+        pair,
+    } = exchange_parts(session, &cd, &md, cross, a)?;
+    let carry = carry_into(session, &single, &pair, w, X_BITS - 1)?;
+    let top = X_BITS - 1;
+    let matches = plane(&single, w, top)
+        .xor(&plane(&pair, w, top))
+        .xor(&carry);
     Ok(Comparison {
         cd,
         md,
-        lifted_md,
+        cross,
         x,
         matches,
     })

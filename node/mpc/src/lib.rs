@@ -8,8 +8,8 @@
 //!   Z_2), [`randomness`] (pairwise PRF streams), [`session`] (one party's view of a protocol
 //!   run), [`network`] (the [`Transport`] trait and the in-memory network), [`local`] (the
 //!   three parties on threads).
-//! - The comparison phase: [`binary`] (adders on bit planes), [`inject`] (bit injection),
-//!   [`compare`] (lift, MSB, OR trees), [`bits`] (bit-plane layout).
+//! - The comparison phase: [`compare`] (the two-part split, lift, cross term, MSB, OR trees),
+//!   [`binary`] (the adder's carry on bit planes), [`bits`] (bit-plane layout).
 //! - The dot-product phase: [`db`] (the party's share database), [`dot`] (the engine
 //!   interface), [`engine`] (CPU and GPU engines).
 //! - The pipeline: [`pipeline`] (one party's batch), [`requests`] (request types to pipeline
@@ -30,7 +30,6 @@ pub mod db;
 pub mod dot;
 pub mod engine;
 pub mod error;
-pub mod inject;
 pub mod local;
 pub mod network;
 pub mod pipeline;

@@ -70,12 +70,12 @@ pub struct PipelineConfig {
     pub max_pass_comparisons: usize,
 }
 
-/// Bytes per comparison of the largest message one party sends in a pass: the first round of
-/// bit injection ([`crate::inject`]), where party 0 sends two masked u16 candidates for each
-/// injected bit, and the lift injects two bits per comparison (`c_15` and `C_16`). The
-/// resharing sends 4 bytes per comparison and the binary rounds at most 4 (one u32 bit plane
-/// per position); a test measures all of them.
-pub const LARGEST_MESSAGE_BYTES_PER_COMPARISON: usize = 8;
+/// Bytes per comparison of the largest message one party sends in a pass: the split of the
+/// comparison phase ([`crate::compare::split`]), where parties 0 and 2 send one u16 for each of
+/// `cd` and `md`, and party 1's binary input, one u32 bit plane per position. The other
+/// messages are 2 bytes (the cross term) or at most 21 bit planes (the adder's first round);
+/// a test measures all of them.
+pub const LARGEST_MESSAGE_BYTES_PER_COMPARISON: usize = 4;
 
 /// Comparisons a pass over `pairs` compared pairs carries: 31 rotations times two eyes of
 /// `pairs`, each block padded to whole 64-bit words.

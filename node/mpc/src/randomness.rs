@@ -94,6 +94,16 @@ impl CorrelatedRandomness {
         draw(&mut self.prev, n, u16::from_le_bytes)
     }
 
+    /// `n` u64 words of bits from the stream shared with the next party.
+    pub fn next_bits(&mut self, n: usize) -> Vec<u64> {
+        draw(&mut self.next, n, u64::from_le_bytes)
+    }
+
+    /// `n` u64 words of bits from the stream shared with the previous party.
+    pub fn prev_bits(&mut self, n: usize) -> Vec<u64> {
+        draw(&mut self.prev, n, u64::from_le_bytes)
+    }
+
     /// An additive zero-sharing over Z_{2^16}: `next - prev`, so the three parties' values sum
     /// to zero. Draws `n` u16 from each stream.
     pub fn zero_u16(&mut self, n: usize) -> Vec<u16> {
@@ -104,8 +114,8 @@ impl CorrelatedRandomness {
 
     /// An XOR zero-sharing of `n` words: `next ^ prev`. Draws `n` u64 from each stream.
     pub fn zero_bits(&mut self, n: usize) -> Vec<u64> {
-        let a = draw(&mut self.next, n, u64::from_le_bytes);
-        let b = draw(&mut self.prev, n, u64::from_le_bytes);
+        let a = self.next_bits(n);
+        let b = self.prev_bits(n);
         a.iter().zip(&b).map(|(x, y)| x ^ y).collect()
     }
 }

@@ -1,50 +1,99 @@
 use super::*;
 use crate::bits::{plane_to_bits, to_planes};
-use crate::local::{additive_u16, open_bits, open_u32, run_three};
+use crate::local::{additive_u16, open_bits, run_three};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts, DEFAULT_THRESHOLD};
 
 #[test]
-fn lift_recovers_md_in_z_2_32_for_every_carry_pattern() {
+fn split_parts_sum_to_the_value_and_the_pair_agrees() {
     let mut rng = ChaCha20Rng::seed_from_u64(1);
-    let mut values: Vec<u16> = vec![0, 1, 2, 12_800, 6_400, 65_535, 32_768];
-    values.extend((0..500).map(|_| (rng.next_u32() % 12_801) as u16));
+    let values: Vec<u16> = (0..300).map(|_| rng.next_u32() as u16).collect();
     let shares = additive_u16(&mut rng, &values);
-    let out = run_three(2, |s| {
-        let r = s.reshare_u16(&shares[s.party().index()]).expect("reshare");
-        lift(s, &r).expect("lift")
-    });
-    let opened = open_u32([&out[0].0, &out[1].0, &out[2].0]);
-    let expected: Vec<u32> = values.iter().map(|&v| u32::from(v)).collect();
-    assert_eq!(opened, expected);
+    let out = run_three(2, |s| split(s, &shares[s.party().index()]).expect("split"));
+    assert_eq!(out[0].0, out[2].0, "parties 0 and 2 hold the same part");
+    for (e, &v) in values.iter().enumerate() {
+        assert_eq!(out[1].0[e].wrapping_add(out[0].0[e]), v, "value {e}");
+    }
+    assert_eq!(out[1].1.bytes_sent, 0);
+    assert_eq!(out[0].1.bytes_sent, 600);
+}
+
+/// Components `(c_0, c_1, c_2)` of an XOR sharing of `v`, for `party`'s (own, prev).
+fn shared_planes(rng: &mut ChaCha20Rng, values: &[u32]) -> [Replicated<u64>; 3] {
+    let planes = to_planes(values, 32);
+    let c0: Vec<u64> = planes.iter().map(|_| rng.next_u64()).collect();
+    let c1: Vec<u64> = planes.iter().map(|_| rng.next_u64()).collect();
+    let c2: Vec<u64> = (0..planes.len())
+        .map(|j| planes[j] ^ c0[j] ^ c1[j])
+        .collect();
+    let comps = [c0, c1, c2];
+    core::array::from_fn(|i| Replicated::new(comps[i].clone(), comps[(i + 2) % 3].clone()))
 }
 
 #[test]
-fn msb_of_shared_u32_values() {
+fn carry_into_every_position_count() {
     let mut rng = ChaCha20Rng::seed_from_u64(3);
-    let mut values: Vec<u32> = vec![0, 1, u32::MAX, 1 << 31, (1 << 31) - 1, 1 << 30];
-    values.extend((0..300).map(|_| rng.next_u32()));
-    let comps: Vec<[u32; 3]> = values
-        .iter()
-        .map(|&v| {
-            let (a, b) = (rng.next_u32(), rng.next_u32());
-            [a, b, v.wrapping_sub(a).wrapping_sub(b)]
-        })
-        .collect();
-    let out = run_three(4, |s| {
-        let i = s.party().index();
-        let x = Replicated::new(
-            comps.iter().map(|c| c[i]).collect(),
-            comps.iter().map(|c| c[(i + 2) % 3]).collect(),
-        );
-        msb(s, &x).expect("msb")
-    });
-    let opened = open_bits([&out[0].0, &out[1].0, &out[2].0]);
-    let bits = plane_to_bits(&opened, values.len());
-    for (v, b) in values.iter().zip(bits) {
-        assert_eq!(b, v >> 31 == 1, "value {v:#x}");
+    let mut a: Vec<u32> = vec![0, u32::MAX, 0x7FFF_FFFF, 1, 0x8000_0000, 0x5555_5555];
+    let mut b: Vec<u32> = vec![0, 1, 1, 0x7FFF_FFFF, 0x7FFF_FFFF, 0xAAAA_AAAB];
+    a.extend((0..200).map(|_| rng.next_u32()));
+    b.extend((0..200).map(|_| rng.next_u32()));
+    let w = words_for(a.len());
+    let sa = shared_planes(&mut rng, &a);
+    let sb = shared_planes(&mut rng, &b);
+    for top in [1, 2, 3, 4, 5, 8, 9, 16, 31, 32] {
+        let out = run_three(4, |s| {
+            let i = s.party().index();
+            crate::binary::carry_into(s, &sa[i], &sb[i], w, top).expect("carry")
+        });
+        let opened = plane_to_bits(&open_bits([&out[0].0, &out[1].0, &out[2].0]), a.len());
+        let low = |v: u32| u64::from(v) & ((1u64 << top) - 1);
+        for e in 0..a.len() {
+            let expected = (low(a[e]) + low(b[e])) >> top == 1;
+            assert_eq!(opened[e], expected, "top {top}: {:#x} + {:#x}", a[e], b[e]);
+        }
     }
+}
+
+#[test]
+fn x_is_exact_for_every_wrap_pattern_of_the_parts() {
+    // md up to 2^15 - 1, where the lift's top-bit rule still holds; the split's pads make the
+    // parts' top bits (u, v) take all four patterns.
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    let a = threshold_coefficient(DEFAULT_THRESHOLD);
+    let mut pairs: Vec<(i32, u32)> = vec![(0, 0), (1, 1), (-1, 1), (12_800, 12_800), (0, 32_767)];
+    while pairs.len() < 600 {
+        let md = rng.next_u32() % 32_768;
+        let cd = (rng.next_u32() % (2 * md + 1)) as i32 - md as i32;
+        pairs.push((cd, md));
+    }
+    let cd: Vec<u16> = pairs.iter().map(|p| p.0 as u16).collect();
+    let md: Vec<u16> = pairs.iter().map(|p| p.1 as u16).collect();
+    let cd_shares = additive_u16(&mut rng, &cd);
+    let md_shares = additive_u16(&mut rng, &md);
+    let out = run_three(12, |s| {
+        let i = s.party().index();
+        compare(s, &cd_shares[i], &md_shares[i], a).expect("compare")
+    });
+    let (single, pair) = (&out[1].0, &out[0].0);
+    let mut patterns = [false; 4];
+    for (e, &(c, m)) in pairs.iter().enumerate() {
+        let (u, v) = (single.md[e] >> 15, pair.md[e] >> 15);
+        patterns[usize::from(2 * u + v)] = true;
+        assert_eq!(
+            single.cross[e].wrapping_add(pair.cross[e]),
+            (a as u16).wrapping_mul(u * v),
+            "cross term {e}"
+        );
+        let x = single.x[e].wrapping_add(pair.x[e]);
+        let expected = (i64::from(a) * i64::from(m) - (1i64 << 16) * i64::from(c)) as u32;
+        assert_eq!(x, expected, "x of (cd {c}, md {m})");
+    }
+    assert_eq!(patterns, [true; 4], "top-bit patterns (u, v) seen");
+    assert_eq!(
+        out[0].0.x, out[2].0.x,
+        "parties 0 and 2 hold the same part of x"
+    );
 }
 
 /// Random (cd, md) pairs of genuine masked bitvectors, many close to the threshold.
@@ -109,9 +158,29 @@ fn match_bits_equal_the_plaintext_rule() {
     assert!(matches > 100 && matches < pairs.len() - 100, "{matches}");
     // md = 0 never matches.
     assert!(!plane_to_bits(&opened, 1)[0]);
-    // Rounds are independent of the batch size.
-    let rounds = out[0].1.rounds;
-    assert_eq!(rounds, 1 + (1 + 1 + 4 + 2) + (1 + 1 + 5), "rounds");
+    // Rounds are independent of the batch size: split, cross term, exchange, then the carry:
+    // four ripple rounds and a tree over eight blocks.
+    for party in &out {
+        assert_eq!(party.1.rounds, 1 + 1 + 1 + 4 + 3, "rounds");
+    }
+}
+
+#[test]
+fn every_party_sends_thirteen_and_three_quarter_bytes_per_comparison() {
+    let n = 64 * 40;
+    let zeros = vec![0u16; n];
+    let out = run_three(13, |s| {
+        match_bits(s, &zeros, &zeros, 20_316).expect("compare");
+        let sent = s.traffic();
+        (sent.bytes_sent, sent.messages_sent)
+    });
+    // Split 4 (parties 0 and 2), cross term 2 (parties 0 and 1), exchange 4 (party 1) or 2
+    // (party 2), then 62 AND gates of the adder, one bit each.
+    for (party, ((bytes, _), _, _)) in out.iter().enumerate() {
+        assert_eq!(*bytes * 4, 55 * n as u64, "party {party}: {bytes} bytes");
+    }
+    let messages: Vec<u64> = out.iter().map(|((_, m), _, _)| *m).collect();
+    assert_eq!(messages, [1 + 1 + 7, 1 + 1 + 7, 1 + 1 + 7]);
 }
 
 #[test]
@@ -149,39 +218,6 @@ fn or_over_blocks_and_padding_bits() {
         assert_eq!(b, blocks.iter().any(|blk| blk[e] == 1), "element {e}");
     }
     assert_eq!(out[0].1.rounds, 5, "ceil(log2(31)) levels");
-}
-
-#[test]
-fn bit_injection_gives_arithmetic_shares_of_each_bit() {
-    let mut rng = ChaCha20Rng::seed_from_u64(9);
-    let words: Vec<u64> = (0..3).map(|_| rng.next_u64()).collect();
-    let comps: Vec<[u64; 3]> = words
-        .iter()
-        .map(|&v| {
-            let (a, b) = (rng.next_u64(), rng.next_u64());
-            [a, b, v ^ a ^ b]
-        })
-        .collect();
-    let out = run_three(10, |s| {
-        let i = s.party().index();
-        let x = Replicated::new(
-            comps.iter().map(|c| c[i]).collect(),
-            comps.iter().map(|c| c[(i + 2) % 3]).collect(),
-        );
-        crate::inject::inject_bits(s, &x).expect("inject")
-    });
-    for i in 0..3 {
-        assert!(
-            out[i].0.prev == out[(i + 2) % 3].0.own,
-            "consistent components"
-        );
-    }
-    for e in 0..64 * words.len() {
-        let v = out[0].0.own[e]
-            .wrapping_add(out[1].0.own[e])
-            .wrapping_add(out[2].0.own[e]);
-        assert_eq!(u64::from(v), (words[e / 64] >> (e % 64)) & 1, "bit {e}");
-    }
 }
 
 /// Chi-squared statistic of the byte values against uniform (255 degrees of freedom: mean

@@ -358,10 +358,10 @@ fn decisions_equal_the_plaintext_reference_on_thousands_of_pairs() {
 }
 
 /// The bytes per comparison the transport bound relies on, measured: the largest message any
-/// party receives during a batch is exactly 8 bytes per comparison of its largest pass, and
+/// party receives during a batch is exactly 4 bytes per comparison of its largest pass, and
 /// within [`PipelineConfig::largest_message_bytes`].
 #[test]
-fn the_largest_message_is_eight_bytes_per_comparison() {
+fn the_largest_message_is_four_bytes_per_comparison() {
     let mut rng = ChaCha20Rng::seed_from_u64(5);
     let db_shares: Vec<Box<PartyShares>> = (0..10)
         .map(|_| synthetic::random_shares(&mut rng))
