@@ -69,8 +69,8 @@ pub enum Family {
     EnvelopeRejections,
     /// Decrypted payloads nodes must reject, with the exact error.
     PayloadRejections,
-    /// The node's comparison phase: resharing, MPCLift, `x = A md - 2^16 cd` and its MSB, per
-    /// party and opened.
+    /// The node's comparison phase: the two-part split, the lift, `x = A md - 2^16 cd` and its
+    /// MSB, per party and opened.
     Comparison,
     /// Whole batches: a database and requests of every type, with the expected outcomes.
     Requests,

@@ -55,7 +55,7 @@ pub struct BenchReport {
     pub queries: usize,
     /// Dot-product phase, one party on one core.
     pub dot_per_party_core: f64,
-    /// Comparison phase (reshare, lift, MSB, OR over rotations), per party-core.
+    /// Comparison phase (split, lift, MSB, OR over rotations), per party-core.
     pub compare_per_party_core: f64,
     /// The whole pipeline of a batch, per party-core.
     pub pipeline_per_party_core: f64,

@@ -119,22 +119,6 @@ impl<'a, T: Transport> Session<'a, T> {
         Ok(Replicated::new(own, prev))
     }
 
-    /// Turns additive shares over Z_{2^16} (one value per party, summing to the secret) into
-    /// replicated shares, re-randomised by a zero-sharing. One round; draws `n` u16 from each
-    /// stream.
-    ///
-    /// # Errors
-    /// Transport failures.
-    pub fn reshare_u16(&mut self, additive: &[u16]) -> Result<Replicated<u16>, NetworkError> {
-        let zero = self.randomness.zero_u16(additive.len());
-        let own = additive
-            .iter()
-            .zip(&zero)
-            .map(|(a, z)| a.wrapping_add(*z))
-            .collect();
-        self.pass_to_next(own)
-    }
-
     /// AND of shared bit vectors (replicated multiplication over Z_2, 64 gates per word).
     /// One round; draws `n` u64 from each stream.
     ///

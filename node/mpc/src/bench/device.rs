@@ -57,7 +57,7 @@ pub struct DeviceBenchReport {
     pub dot_per_party_device: f64,
     /// The same in 12,800-element products (1.5 per comparison).
     pub dot_12800_per_party_device: f64,
-    /// Comparison phase (reshare, lift, MSB, OR over rotations; on the host's CPU threads).
+    /// Comparison phase (split, lift, MSB, OR over rotations; on the host's CPU threads).
     pub compare_per_party_device: f64,
     /// The whole pipeline of a batch.
     pub pipeline_per_party_device: f64,

@@ -248,7 +248,7 @@ fn a_partys_view_of_the_comparison_phase_is_uniform_and_input_independent() {
         let constant = vec![value; n];
         let out = run_three(20, |s| {
             // Party 0 holds the whole value as its additive share, the others zero: the
-            // resharing must hide even that.
+            // split must hide even that.
             let (cd, md) = if s.party().index() == 0 {
                 (&constant, &constant)
             } else {
