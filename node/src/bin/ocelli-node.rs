@@ -214,7 +214,7 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
-    ocelli_mpc::process::limit_malloc_arenas();
+    ocelli_mpc::process::tune_malloc();
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen {
