@@ -63,10 +63,13 @@ pub struct BenchReport {
     pub plaintext_per_core: f64,
     /// The popcount matcher's instruction set, chosen at run time.
     pub plaintext_kernel: &'static str,
-    /// u16 multiply-adds per second one core sustains with the kernel's instruction.
-    pub mac_peak: f64,
+    /// u16 multiply-adds per second one core sustains with the kernel's instruction; `None`
+    /// where the probe read more than the core can issue at `clock_hz` (a measurement error).
+    pub mac_peak: Option<f64>,
     /// Fraction of `mac_peak` the dot-product phase reaches.
-    pub mac_peak_fraction: f64,
+    pub mac_peak_fraction: Option<f64>,
+    /// The core clock estimated around the peak probe, cycles per second.
+    pub clock_hz: f64,
     /// How many times faster the plaintext matcher is than the secure pipeline.
     pub plaintext_over_pipeline: f64,
     /// Resident bytes per enrolled person of one party's share database, measured on
@@ -105,12 +108,20 @@ impl std::fmt::Display for BenchReport {
             m(self.plaintext_per_core),
             self.plaintext_kernel
         )?;
-        writeln!(
-            f,
-            "  multiply-add peak   {:>9.1} G/s; dot phase at {:.0} % of it",
-            self.mac_peak / 1e9,
-            self.mac_peak_fraction * 100.0
-        )?;
+        match (self.mac_peak, self.mac_peak_fraction) {
+            (Some(peak), Some(fraction)) => writeln!(
+                f,
+                "  multiply-add peak   {:>9.1} G/s at {:.2} GHz; dot phase at {:.0} % of it",
+                peak / 1e9,
+                self.clock_hz / 1e9,
+                fraction * 100.0
+            )?,
+            _ => writeln!(
+                f,
+                "  multiply-add peak   not reported: the probe read more than the core issues at {:.2} GHz",
+                self.clock_hz / 1e9
+            )?,
+        }
         writeln!(
             f,
             "  plaintext / secure  {:>9.1} x",
@@ -277,6 +288,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
 
     progress("multiply-add peak");
     let peak = mac_peak(kernel);
+    let clock = peak.map_or_else(crate::engine::peak::clock_hz, |p| p.clock_hz);
 
     progress("dot-product phase");
     let engine = CpuEngine::with(kernel, 1).expect("one bench thread starts");
@@ -290,7 +302,8 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         engine.dot(&queries_mask, &db_mask, MASK_COEFS, &mut out);
     });
     let dot_rate = (rows * n) as f64 / dot_seconds;
-    let mac_fraction = dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / peak;
+    let mac_fraction =
+        peak.map(|p| dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / p.macs_per_second);
     drop((queries_code, queries_mask, db_code, db_mask, out));
 
     progress("comparison phase");
@@ -373,8 +386,9 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         plaintext_per_core: plain_rate,
         plaintext_kernel: plaintext::best_kernel(),
         resident_bytes_per_enrolled: resident,
-        mac_peak: peak,
+        mac_peak: peak.map(|p| p.macs_per_second),
         mac_peak_fraction: mac_fraction,
+        clock_hz: clock,
         plaintext_over_pipeline: plain_rate / pipeline_rate,
         bytes_per_comparison: bytes,
     }

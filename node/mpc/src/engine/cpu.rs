@@ -1,17 +1,28 @@
-//! The CPU engine: register-tiled SIMD kernels, database blocks sized for the L2 cache, rayon
-//! across cores.
+//! The CPU engine: register-tiled SIMD kernels over chunks of the vector length that fit the
+//! L1 cache with their database rows, blocks of database rows per rayon task.
+//!
+//! A task runs its block chunk by chunk: every query tile against every database tile of the
+//! block over one chunk, the accumulators kept in memory between chunks. The block's chunk
+//! then stays in L1 across all query tiles, so the kernels read it from there instead of
+//! streaming whole vectors from L2 for every tile.
+
+use core::ops::Range;
 
 use rayon::prelude::*;
+use zeroize::Zeroizing;
 
 use crate::dot::DotEngine;
 use crate::engine::kernels::{
-    peak_avx2, peak_avx512_vnni, peak_scalar, tile_avx2, tile_avx512_vnni, tile_scalar, Avx2,
-    Avx512Vnni, Tile, TILE_D, TILE_Q,
+    chunk_avx2, chunk_avx512_vnni, chunk_scalar, reduce, Acc, Avx2, Avx512Vnni, AVX2_D, AVX2_LANES,
+    AVX2_Q, VNNI_D, VNNI_LANES, VNNI_Q,
 };
 use crate::error::EngineError;
 
-/// Database vectors per parallel task: 16 code shares are 400 KB, inside one L2.
-const DB_BLOCK: usize = 16;
+/// Coefficients per chunk: a block's chunk (16 rows, 16 KB) and a query tile's (6 KB) fit the
+/// 32 KB L1 beside the tile accumulators. A multiple of 64, like every vector length.
+pub const CHUNK: usize = 512;
+/// Database tiles per parallel task.
+const BLOCK_TILES: usize = 4;
 
 /// Which micro-kernel the engine runs. The SIMD variants carry the token that run-time
 /// detection issues, so a `Kernel` always names instructions this CPU has.
@@ -67,31 +78,99 @@ impl Kernel {
         }
     }
 
-    fn tile(self, q: &[&[u16]; TILE_Q], d: &[&[u16]; TILE_D]) -> Tile {
+    /// `queries` x `db` into `out`, as [`DotEngine::dot`], on the current rayon pool.
+    fn run(self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
         match self {
-            Kernel::Avx512Vnni(cpu) => tile_avx512_vnni(cpu, q, d),
-            Kernel::Avx2(cpu) => tile_avx2(cpu, q, d),
-            Kernel::Scalar => tile_scalar(q, d),
+            Kernel::Avx512Vnni(cpu) => tiled::<VNNI_Q, VNNI_D, VNNI_LANES>(
+                |q, d, acc| chunk_avx512_vnni(cpu, q, d, acc),
+                queries,
+                db,
+                len,
+                out,
+            ),
+            Kernel::Avx2(cpu) => tiled::<AVX2_Q, AVX2_D, AVX2_LANES>(
+                |q, d, acc| chunk_avx2(cpu, q, d, acc),
+                queries,
+                db,
+                len,
+                out,
+            ),
+            Kernel::Scalar => tiled::<4, 4, 1>(chunk_scalar, queries, db, len, out),
         }
     }
 }
 
-/// Multiply-adds per second one core issues with `kernel`'s instruction on register-resident
-/// data: the machine's u16 multiply-add peak that engine rates are compared against. The best
-/// of five runs, so a run slowed by other load does not flatter the engine.
-pub fn mac_peak(kernel: Kernel) -> f64 {
-    const ITERS: u64 = 5_000_000;
-    (0..5)
-        .map(|_| {
-            let start = std::time::Instant::now();
-            let macs = match kernel {
-                Kernel::Avx512Vnni(cpu) => peak_avx512_vnni(cpu, ITERS),
-                Kernel::Avx2(cpu) => peak_avx2(cpu, ITERS),
-                Kernel::Scalar => peak_scalar(ITERS / 8),
-            };
-            macs as f64 / start.elapsed().as_secs_f64()
+/// Rows `rows` of the row-major `len`-long vectors in `src`, padded with zero rows to a
+/// multiple of `tile`, repacked chunk by chunk: the chunk at `k0` starts at `k0 * padded`
+/// and holds each row's `k0..k0 + CHUNK` back to back, so a tile's chunk is one contiguous
+/// run (no cache-set conflicts between rows, one stream for the prefetcher). Zeroized when
+/// dropped: it copies shares.
+fn pack(src: &[u16], rows: Range<usize>, len: usize, tile: usize) -> Zeroizing<Vec<u16>> {
+    let padded = rows.len().div_ceil(tile) * tile;
+    let mut out = Zeroizing::new(vec![0u16; padded * len]);
+    for k0 in (0..len).step_by(CHUNK) {
+        let k1 = (k0 + CHUNK).min(len);
+        let chunk = &mut out[k0 * padded..k1 * padded];
+        for (r, dst) in rows.clone().zip(chunk.chunks_exact_mut(k1 - k0)) {
+            dst.copy_from_slice(&src[r * len + k0..r * len + k1]);
+        }
+    }
+    out
+}
+
+/// The blocked loop nest around a `Q` x `D` micro-kernel with `L`-lane accumulators. Rows past
+/// the ends are zeros (from [`pack`]) and their results dropped.
+fn tiled<const Q: usize, const D: usize, const L: usize>(
+    micro: impl Fn(&[u16], &[u16], &mut Acc<Q, D, L>) + Sync,
+    queries: &[u16],
+    db: &[u16],
+    len: usize,
+    out: &mut [u16],
+) {
+    let nq = queries.len() / len;
+    let nd = db.len() / len;
+    let block = D * BLOCK_TILES;
+    let q_tiles = nq.div_ceil(Q);
+    let packed_queries = pack(queries, 0..nq, len, Q);
+    // Each task: one block of database rows against all queries, into its own buffer.
+    let blocks: Vec<(usize, Vec<u16>)> = (0..nd.div_ceil(block))
+        .into_par_iter()
+        .map(|b| {
+            let d0 = b * block;
+            let d1 = (d0 + block).min(nd);
+            let width = d1 - d0;
+            let d_tiles = width.div_ceil(D);
+            let packed_db = pack(db, d0..d1, len, D);
+            let mut acc = vec![[[[0i32; L]; D]; Q]; q_tiles * d_tiles];
+            for k0 in (0..len).step_by(CHUNK) {
+                let kl = CHUNK.min(len - k0);
+                let qs = &packed_queries[k0 * q_tiles * Q..][..q_tiles * Q * kl];
+                let ds = &packed_db[k0 * d_tiles * D..][..d_tiles * D * kl];
+                for (q, tiles) in qs.chunks_exact(Q * kl).zip(acc.chunks_exact_mut(d_tiles)) {
+                    for (d, tile) in ds.chunks_exact(D * kl).zip(tiles.iter_mut()) {
+                        micro(q, d, tile);
+                    }
+                }
+            }
+            let mut buf = vec![0u16; nq * width];
+            for (t, tile) in acc.iter().enumerate() {
+                let (q0, c0) = ((t / d_tiles) * Q, (t % d_tiles) * D);
+                for (i, row) in tile.iter().enumerate().take(nq - q0) {
+                    for (j, lanes) in row.iter().enumerate().take(width - c0) {
+                        buf[(q0 + i) * width + c0 + j] = reduce(lanes);
+                    }
+                }
+            }
+            (d0, buf)
         })
-        .fold(0.0, f64::max)
+        .collect();
+    for (d0, buf) in blocks {
+        let width = buf.len() / nq.max(1);
+        for qi in 0..nq {
+            out[qi * nd + d0..qi * nd + d0 + width]
+                .copy_from_slice(&buf[qi * width..(qi + 1) * width]);
+        }
+    }
 }
 
 /// The CPU dot-product engine.
@@ -130,64 +209,6 @@ impl CpuEngine {
     pub fn kernel(&self) -> Kernel {
         self.kernel
     }
-
-    fn run(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
-        let nq = queries.len() / len;
-        let nd = db.len() / len;
-        let zero = vec![0u16; len];
-        // Each task: one block of database rows against all queries, into its own buffer.
-        let blocks: Vec<(usize, Vec<u16>)> = (0..nd.div_ceil(DB_BLOCK))
-            .into_par_iter()
-            .map(|b| {
-                let d0 = b * DB_BLOCK;
-                let d1 = (d0 + DB_BLOCK).min(nd);
-                let width = d1 - d0;
-                let mut buf = vec![0u16; nq * width];
-                for q0 in (0..nq).step_by(TILE_Q) {
-                    let qs: [&[u16]; TILE_Q] = core::array::from_fn(|i| {
-                        let qi = q0 + i;
-                        if qi < nq {
-                            &queries[qi * len..(qi + 1) * len]
-                        } else {
-                            &zero[..]
-                        }
-                    });
-                    for t0 in (d0..d1).step_by(TILE_D) {
-                        let ds: [&[u16]; TILE_D] = core::array::from_fn(|j| {
-                            let dj = t0 + j;
-                            if dj < d1 {
-                                &db[dj * len..(dj + 1) * len]
-                            } else {
-                                &zero[..]
-                            }
-                        });
-                        let tile = self.kernel.tile(&qs, &ds);
-                        for (i, tile_row) in tile.iter().enumerate() {
-                            let qi = q0 + i;
-                            if qi >= nq {
-                                break;
-                            }
-                            for (j, &v) in tile_row.iter().enumerate() {
-                                let dj = t0 + j;
-                                if dj >= d1 {
-                                    break;
-                                }
-                                buf[qi * width + (dj - d0)] = v;
-                            }
-                        }
-                    }
-                }
-                (d0, buf)
-            })
-            .collect();
-        for (d0, buf) in blocks {
-            let width = buf.len() / nq.max(1);
-            for qi in 0..nq {
-                out[qi * nd + d0..qi * nd + d0 + width]
-                    .copy_from_slice(&buf[qi * width..(qi + 1) * width]);
-            }
-        }
-    }
 }
 
 impl Default for CpuEngine {
@@ -213,8 +234,8 @@ impl DotEngine for CpuEngine {
             return;
         }
         match &self.pool {
-            Some(pool) => pool.install(|| self.run(queries, db, len, out)),
-            None => self.run(queries, db, len, out),
+            Some(pool) => pool.install(|| self.kernel.run(queries, db, len, out)),
+            None => self.kernel.run(queries, db, len, out),
         }
     }
 }
