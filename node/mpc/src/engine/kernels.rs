@@ -55,13 +55,30 @@ pub const VNNI_Q: usize = 6;
 pub const VNNI_D: usize = 4;
 /// i32 lanes of a zmm register.
 pub const VNNI_LANES: usize = 16;
-/// AVX2 tile: 3 x 3 accumulators, 3 database vectors, one query vector and one product fit
-/// the 16 ymm registers (the 6 x 4 tile spilled), 6 loads per 9 `vpmaddwd`.
-pub const AVX2_Q: usize = 3;
+/// AVX2 tile: 4 x 3 accumulators, 2 database vectors, one query vector and one product fill
+/// the 16 ymm registers (the 6 x 4 tile spilled), the third database vector read as a memory
+/// operand: 10 loads per 12 `vpmaddwd`.
+pub const AVX2_Q: usize = 4;
 /// Database vectors per AVX2 tile.
 pub const AVX2_D: usize = 3;
 /// i32 lanes of a ymm register.
 pub const AVX2_LANES: usize = 8;
+
+/// Asks the CPU to bring `data` into L2 ahead of its use (a hint: no effect on results).
+pub fn prefetch(data: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in data.chunks(32) {
+        // SAFETY: SSE is part of x86_64; a prefetch reads nothing architecturally and cannot
+        // fault, and the address is inside a live slice anyway.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
 
 /// Portable fallback: one lane per accumulator.
 ///
@@ -80,7 +97,10 @@ pub fn chunk_scalar<const Q: usize, const D: usize>(q: &[u16], d: &[u16], acc: &
 
 /// Checks what a tile reads: `rows_q` query vectors back to back in `q` and `rows_d` database
 /// vectors in `d`, all of one length, a whole number of `step`-element registers; returns it.
+#[inline(always)]
 fn check_lengths(q: &[u16], rows_q: usize, d: &[u16], rows_d: usize, step: usize) -> usize {
+    // Both tiles have `rows_q` and `rows_d` compile-time constants, so this divides by a
+    // constant.
     let len = q.len() / rows_q;
     assert!(
         len.is_multiple_of(step) && q.len() == rows_q * len && d.len() == rows_d * len,
@@ -129,7 +149,6 @@ pub fn chunk_avx2(_cpu: Avx2, q: &[u16], d: &[u16], acc: &mut Acc<AVX2_Q, AVX2_D
 mod x86 {
     use super::{Acc, AVX2_D, AVX2_LANES, AVX2_Q, VNNI_D, VNNI_LANES, VNNI_Q};
     use core::arch::asm;
-    use core::arch::x86_64::*;
 
     /// AVX-512 VNNI: `vpdpwssd` multiplies 32 pairs of i16 and adds adjacent products into
     /// 16 i32 lanes. Assembly: LLVM splits most `vpdpwssd` intrinsics into `vpmaddwd` plus
@@ -265,7 +284,9 @@ mod x86 {
     }
 
     /// AVX2: `vpmaddwd` multiplies 16 pairs of i16 and adds adjacent products into 8 i32
-    /// lanes; `vpaddd` accumulates them.
+    /// lanes; `vpaddd` accumulates them. Assembly, to place the 16 registers exactly: 12
+    /// accumulators, 2 database vectors, the query vector and the product; the third database
+    /// vector is a memory operand.
     ///
     /// # Safety
     /// The CPU must support `avx2`; `q` must hold [`AVX2_Q`] and `d` [`AVX2_D`] vectors of
@@ -277,31 +298,88 @@ mod x86 {
         len: usize,
         acc: &mut Acc<AVX2_Q, AVX2_D, AVX2_LANES>,
     ) {
-        // SAFETY: each accumulator is 8 i32, one ymm; unaligned loads are allowed.
-        let mut r: [[__m256i; AVX2_D]; AVX2_Q] = core::array::from_fn(|i| {
-            core::array::from_fn(|j| unsafe { _mm256_loadu_si256(acc[i][j].as_ptr().cast()) })
-        });
-        let mut k = 0;
-        while k < len {
-            // SAFETY: k + 16 <= len and every vector is `len` long, so each load stays inside
-            // its vector; unaligned loads are allowed.
-            let dv: [__m256i; AVX2_D] = core::array::from_fn(|j| unsafe {
-                _mm256_loadu_si256(d.as_ptr().add(j * len + k).cast())
-            });
-            for (i, ri) in r.iter_mut().enumerate() {
-                // SAFETY: as above.
-                let qv = unsafe { _mm256_loadu_si256(q.as_ptr().add(i * len + k).cast()) };
-                for (a, &dj) in ri.iter_mut().zip(dv.iter()) {
-                    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(qv, dj));
-                }
-            }
-            k += 16;
+        const _: () = assert!(AVX2_Q == 4 && AVX2_D == 3 && AVX2_LANES == 8);
+        if len == 0 {
+            return;
         }
-        for (ai, ri) in acc.iter_mut().zip(r.iter()) {
-            for (a, &v) in ai.iter_mut().zip(ri.iter()) {
-                // SAFETY: `a` is 8 i32, one ymm.
-                unsafe { _mm256_storeu_si256(a.as_mut_ptr().cast(), v) };
-            }
+        let stride = len * 2;
+        // SAFETY: `acc` is 12 x 32 bytes, read and written back whole. Each of the len / 16
+        // iterations reads 32 bytes at offset k of every vector (k < len * 2, stepping by 32),
+        // inside `q` (4 vectors of `len`) and `d` (3). Unaligned loads are allowed; the
+        // caller guarantees the feature.
+        unsafe {
+            asm!(
+                "vmovdqu ymm0, [{a} + 0]",
+                "vmovdqu ymm1, [{a} + 32]",
+                "vmovdqu ymm2, [{a} + 64]",
+                "vmovdqu ymm3, [{a} + 96]",
+                "vmovdqu ymm4, [{a} + 128]",
+                "vmovdqu ymm5, [{a} + 160]",
+                "vmovdqu ymm6, [{a} + 192]",
+                "vmovdqu ymm7, [{a} + 224]",
+                "vmovdqu ymm8, [{a} + 256]",
+                "vmovdqu ymm9, [{a} + 288]",
+                "vmovdqu ymm10, [{a} + 320]",
+                "vmovdqu ymm11, [{a} + 352]",
+                "2:",
+                "vmovdqu ymm12, [{d}]",
+                "vmovdqu ymm13, [{d} + {s}]",
+                "vmovdqu ymm14, [{q}]",
+                "vpmaddwd ymm15, ymm14, ymm12",
+                "vpaddd ymm0, ymm0, ymm15",
+                "vpmaddwd ymm15, ymm14, ymm13",
+                "vpaddd ymm1, ymm1, ymm15",
+                "vpmaddwd ymm15, ymm14, [{d} + 2*{s}]",
+                "vpaddd ymm2, ymm2, ymm15",
+                "vmovdqu ymm14, [{q} + {s}]",
+                "vpmaddwd ymm15, ymm14, ymm12",
+                "vpaddd ymm3, ymm3, ymm15",
+                "vpmaddwd ymm15, ymm14, ymm13",
+                "vpaddd ymm4, ymm4, ymm15",
+                "vpmaddwd ymm15, ymm14, [{d} + 2*{s}]",
+                "vpaddd ymm5, ymm5, ymm15",
+                "vmovdqu ymm14, [{q} + 2*{s}]",
+                "vpmaddwd ymm15, ymm14, ymm12",
+                "vpaddd ymm6, ymm6, ymm15",
+                "vpmaddwd ymm15, ymm14, ymm13",
+                "vpaddd ymm7, ymm7, ymm15",
+                "vpmaddwd ymm15, ymm14, [{d} + 2*{s}]",
+                "vpaddd ymm8, ymm8, ymm15",
+                "vmovdqu ymm14, [{q} + {s3}]",
+                "vpmaddwd ymm15, ymm14, ymm12",
+                "vpaddd ymm9, ymm9, ymm15",
+                "vpmaddwd ymm15, ymm14, ymm13",
+                "vpaddd ymm10, ymm10, ymm15",
+                "vpmaddwd ymm15, ymm14, [{d} + 2*{s}]",
+                "vpaddd ymm11, ymm11, ymm15",
+                "add {q}, 32",
+                "add {d}, 32",
+                "dec {n}",
+                "jnz 2b",
+                "vmovdqu [{a} + 0], ymm0",
+                "vmovdqu [{a} + 32], ymm1",
+                "vmovdqu [{a} + 64], ymm2",
+                "vmovdqu [{a} + 96], ymm3",
+                "vmovdqu [{a} + 128], ymm4",
+                "vmovdqu [{a} + 160], ymm5",
+                "vmovdqu [{a} + 192], ymm6",
+                "vmovdqu [{a} + 224], ymm7",
+                "vmovdqu [{a} + 256], ymm8",
+                "vmovdqu [{a} + 288], ymm9",
+                "vmovdqu [{a} + 320], ymm10",
+                "vmovdqu [{a} + 352], ymm11",
+                a = in(reg) acc.as_mut_ptr(),
+                q = inout(reg) q.as_ptr() => _,
+                d = inout(reg) d.as_ptr() => _,
+                s = in(reg) stride,
+                s3 = in(reg) 3 * stride,
+                n = inout(reg) len / 16 => _,
+                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+                out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+                out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+                out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
+                options(nostack),
+            );
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::engine::kernels::{Avx2, Avx512Vnni};
 use crate::engine::Kernel;
+use crate::process::thread_cpu_seconds;
 
 /// The measured peak of one kernel's instruction.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -37,8 +38,9 @@ pub fn max_per_cycle(kernel: Kernel) -> f64 {
 const CLOCK_TOLERANCE: f64 = 1.25;
 
 /// Multiply-adds per second one core issues with `kernel`'s instruction on register-resident
-/// data: the best of five runs, so a run slowed by other load does not flatter the engine.
-/// `None` where the figure exceeds what the core can issue at the clock measured around it.
+/// data, per second of this thread's CPU time (as the bench times the engine: time the core
+/// spent on other processes counts in neither), the best of five runs. `None` where the
+/// figure exceeds what the core can issue at the clock measured around it.
 pub fn mac_peak(kernel: Kernel) -> Option<MacPeak> {
     const ITERS: u64 = 5_000_000;
     let mut best = MacPeak {
@@ -47,13 +49,13 @@ pub fn mac_peak(kernel: Kernel) -> Option<MacPeak> {
     };
     for _ in 0..5 {
         let before = clock_hz();
-        let start = std::time::Instant::now();
+        let start = thread_cpu_seconds();
         let macs = match kernel {
             Kernel::Avx512Vnni(cpu) => peak_avx512_vnni(cpu, ITERS),
             Kernel::Avx2(cpu) => peak_avx2(cpu, ITERS),
             Kernel::Scalar => peak_scalar(ITERS / 8),
         };
-        let rate = macs as f64 / start.elapsed().as_secs_f64();
+        let rate = macs as f64 / (thread_cpu_seconds() - start).max(1e-9);
         // The higher clock of the two sides: the lenient bound.
         let clock = before.max(clock_hz());
         if rate / clock > max_per_cycle(kernel) * CLOCK_TOLERANCE {
@@ -70,17 +72,17 @@ pub fn mac_peak(kernel: Kernel) -> Option<MacPeak> {
 }
 
 /// Cycles per second of this core: a chain of dependent `add`s, one cycle each on every x86
-/// core since the Pentium Pro, the best of several short runs (being descheduled only slows
-/// one); elsewhere, `f64::INFINITY` (no bound).
+/// core since the Pentium Pro, per second of this thread's CPU time, the best of several
+/// short runs; elsewhere, `f64::INFINITY` (no bound).
 pub fn clock_hz() -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
         const ITERS: u64 = 250_000;
         (0..8)
             .map(|_| {
-                let start = std::time::Instant::now();
+                let start = thread_cpu_seconds();
                 x86::add_chain(ITERS);
-                (ITERS * 8) as f64 / start.elapsed().as_secs_f64()
+                (ITERS * 8) as f64 / (thread_cpu_seconds() - start).max(1e-9)
             })
             .fold(0.0, f64::max)
     }
