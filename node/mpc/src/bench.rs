@@ -54,7 +54,7 @@ pub struct BenchReport {
     pub db_entries: usize,
     /// Queries in the run.
     pub queries: usize,
-    /// Dot-product phase, one party on one core.
+    /// Dot-product phase, one party on one core (the best of three runs).
     pub dot_per_party_core: f64,
     /// Comparison phase (reshare, lift, MSB, OR over rotations), per party-core.
     pub compare_per_party_core: f64,
@@ -191,10 +191,16 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let db_code = random_u16(&mut rng, n * CODE_COEFS);
     let db_mask = random_u16(&mut rng, n * MASK_COEFS);
     let mut out = vec![0u16; rows * n];
-    let (_, dot_seconds) = measure(|| {
-        engine.dot(&queries_code, &db_code, CODE_COEFS, &mut out);
-        engine.dot(&queries_mask, &db_mask, MASK_COEFS, &mut out);
-    });
+    // The best of three, as the peak is a best of five: the machine may be shared.
+    let dot_seconds = (0..3)
+        .map(|_| {
+            measure(|| {
+                engine.dot(&queries_code, &db_code, CODE_COEFS, &mut out);
+                engine.dot(&queries_mask, &db_mask, MASK_COEFS, &mut out);
+            })
+            .1
+        })
+        .fold(f64::INFINITY, f64::min);
     let dot_rate = (rows * n) as f64 / dot_seconds;
     let mac_fraction =
         peak.map(|p| dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / p.macs_per_second);
