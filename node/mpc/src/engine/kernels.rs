@@ -84,10 +84,16 @@ pub fn prefetch(data: &[u16]) {
 ///
 /// # Panics
 /// As [`chunk_avx2`], for any length.
-pub fn chunk_scalar<const Q: usize, const D: usize>(q: &[u16], d: &[u16], acc: &mut Acc<Q, D, 1>) {
-    let len = check_lengths(q, Q, d, D, 1);
+pub fn chunk_scalar<const Q: usize, const D: usize>(
+    q: &[u16],
+    d: &[u16],
+    d_stride: usize,
+    acc: &mut Acc<Q, D, 1>,
+) {
+    let len = check_lengths(q, Q, d, d_stride, D, 1);
     for (qi, row) in q.chunks_exact(len).zip(acc.iter_mut()) {
-        for (dj, a) in d.chunks_exact(len).zip(row.iter_mut()) {
+        for (j, a) in row.iter_mut().enumerate() {
+            let dj = &d[j * d_stride..j * d_stride + len];
             a[0] = qi.iter().zip(dj.iter()).fold(a[0], |s, (&x, &y)| {
                 s.wrapping_add(i32::from(x as i16) * i32::from(y as i16))
             });
@@ -95,51 +101,69 @@ pub fn chunk_scalar<const Q: usize, const D: usize>(q: &[u16], d: &[u16], acc: &
     }
 }
 
-/// Checks what a tile reads: `rows_q` query vectors back to back in `q` and `rows_d` database
-/// vectors in `d`, all of one length, a whole number of `step`-element registers; returns it.
+/// Checks what a tile reads: `rows_q` query vectors back to back in `q`, and `rows_d`
+/// database vectors in `d`, the `j`-th at `j * d_stride`, all of one length, a whole number
+/// of `step`-element registers; returns the length.
 #[inline(always)]
-fn check_lengths(q: &[u16], rows_q: usize, d: &[u16], rows_d: usize, step: usize) -> usize {
-    // Both tiles have `rows_q` and `rows_d` compile-time constants, so this divides by a
-    // constant.
+fn check_lengths(
+    q: &[u16],
+    rows_q: usize,
+    d: &[u16],
+    d_stride: usize,
+    rows_d: usize,
+    step: usize,
+) -> usize {
+    // `rows_q` is a constant in every caller, so this divides by a constant.
     let len = q.len() / rows_q;
     assert!(
-        len.is_multiple_of(step) && q.len() == rows_q * len && d.len() == rows_d * len,
+        len.is_multiple_of(step)
+            && q.len() == rows_q * len
+            && d_stride >= len
+            && d.len() >= (rows_d - 1) * d_stride + len,
         "a tile's vectors must have one length, a multiple of {step}"
     );
     len
 }
 
 /// AVX-512 VNNI tile over one chunk: `q` holds [`VNNI_Q`] vectors back to back, `d`
-/// [`VNNI_D`].
+/// [`VNNI_D`] at a stride of `d_stride` elements (the chunk of rows in place).
 ///
 /// # Panics
-/// If the vectors differ in length or the length is not a multiple of 32.
+/// If the vectors differ in length, the length is not a multiple of 32, or `d` is too short.
 pub fn chunk_avx512_vnni(
     _cpu: Avx512Vnni,
     q: &[u16],
     d: &[u16],
+    d_stride: usize,
     acc: &mut Acc<VNNI_Q, VNNI_D, VNNI_LANES>,
 ) {
-    let len = check_lengths(q, VNNI_Q, d, VNNI_D, 32);
+    let len = check_lengths(q, VNNI_Q, d, d_stride, VNNI_D, 32);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the token proves the CPU has the target features; the lengths were checked.
     unsafe {
-        x86::chunk_avx512_vnni(q, d, len, acc)
+        x86::chunk_avx512_vnni(q, d, len, d_stride, acc)
     };
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("no token exists off x86_64")
 }
 
-/// AVX2 tile over one chunk: `q` holds [`AVX2_Q`] vectors back to back, `d` [`AVX2_D`].
+/// AVX2 tile over one chunk: `q` holds [`AVX2_Q`] vectors back to back, `d` [`AVX2_D`] at a
+/// stride of `d_stride` elements.
 ///
 /// # Panics
-/// If the vectors differ in length or the length is not a multiple of 16.
-pub fn chunk_avx2(_cpu: Avx2, q: &[u16], d: &[u16], acc: &mut Acc<AVX2_Q, AVX2_D, AVX2_LANES>) {
-    let len = check_lengths(q, AVX2_Q, d, AVX2_D, 16);
+/// If the vectors differ in length, the length is not a multiple of 16, or `d` is too short.
+pub fn chunk_avx2(
+    _cpu: Avx2,
+    q: &[u16],
+    d: &[u16],
+    d_stride: usize,
+    acc: &mut Acc<AVX2_Q, AVX2_D, AVX2_LANES>,
+) {
+    let len = check_lengths(q, AVX2_Q, d, d_stride, AVX2_D, 16);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the token proves the CPU has the target feature; the lengths were checked.
     unsafe {
-        x86::chunk_avx2(q, d, len, acc)
+        x86::chunk_avx2(q, d, len, d_stride, acc)
     };
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("no token exists off x86_64")
@@ -156,12 +180,14 @@ mod x86 {
     ///
     /// # Safety
     /// The CPU must support `avx512f`, `avx512bw` and `avx512vnni`; `q` must hold [`VNNI_Q`]
-    /// and `d` [`VNNI_D`] vectors of `len`, a multiple of 32.
+    /// vectors of `len`, a multiple of 32, back to back, and `d` [`VNNI_D`] of `len` starting
+    /// `d_stride` elements apart.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn chunk_avx512_vnni(
         q: &[u16],
         d: &[u16],
         len: usize,
+        d_stride: usize,
         acc: &mut Acc<VNNI_Q, VNNI_D, VNNI_LANES>,
     ) {
         const _: () = assert!(VNNI_Q == 6 && VNNI_D == 4 && VNNI_LANES == 16);
@@ -170,9 +196,10 @@ mod x86 {
         }
         let stride = len * 2;
         // SAFETY: `acc` is 24 x 64 bytes, read and written back whole. Each of the len / 32
-        // iterations reads 64 bytes at offset k of every vector (k < len * 2, stepping by 64),
-        // inside `q` (6 vectors of `len`) and `d` (4); q + 4 * stride is the fifth query
-        // vector. Unaligned loads are allowed; the caller guarantees the features.
+        // iterations reads 64 bytes at byte offset k of every vector (k < len * 2, stepping
+        // by 64): inside `q` (6 vectors of `len` back to back; q + 4 * stride is the fifth)
+        // and `d` (4 vectors of `len`, d_stride apart). Unaligned loads are allowed; the
+        // caller guarantees the features.
         unsafe {
             asm!(
                 "vmovdqu64 zmm0, [{a} + 0]",
@@ -201,9 +228,9 @@ mod x86 {
                 "vmovdqu64 zmm23, [{a} + 1472]",
                 "2:",
                 "vmovdqu64 zmm24, [{d}]",
-                "vmovdqu64 zmm25, [{d} + {s}]",
-                "vmovdqu64 zmm26, [{d} + 2*{s}]",
-                "vmovdqu64 zmm27, [{d} + {s3}]",
+                "vmovdqu64 zmm25, [{d} + {sd}]",
+                "vmovdqu64 zmm26, [{d} + 2*{sd}]",
+                "vmovdqu64 zmm27, [{d} + {sd3}]",
                 "vmovdqu64 zmm28, [{q}]",
                 "vpdpwssd zmm0, zmm28, zmm24",
                 "vpdpwssd zmm1, zmm28, zmm25",
@@ -269,6 +296,8 @@ mod x86 {
                 d = inout(reg) d.as_ptr() => _,
                 s = in(reg) stride,
                 s3 = in(reg) 3 * stride,
+                sd = in(reg) d_stride * 2,
+                sd3 = in(reg) d_stride * 6,
                 n = inout(reg) len / 32 => _,
                 out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
                 out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
@@ -289,13 +318,14 @@ mod x86 {
     /// vector is a memory operand.
     ///
     /// # Safety
-    /// The CPU must support `avx2`; `q` must hold [`AVX2_Q`] and `d` [`AVX2_D`] vectors of
-    /// `len`, a multiple of 16.
+    /// The CPU must support `avx2`; `q` must hold [`AVX2_Q`] vectors of `len`, a multiple of
+    /// 16, back to back, and `d` [`AVX2_D`] of `len` starting `d_stride` elements apart.
     #[target_feature(enable = "avx2")]
     pub unsafe fn chunk_avx2(
         q: &[u16],
         d: &[u16],
         len: usize,
+        d_stride: usize,
         acc: &mut Acc<AVX2_Q, AVX2_D, AVX2_LANES>,
     ) {
         const _: () = assert!(AVX2_Q == 4 && AVX2_D == 3 && AVX2_LANES == 8);
@@ -304,9 +334,9 @@ mod x86 {
         }
         let stride = len * 2;
         // SAFETY: `acc` is 12 x 32 bytes, read and written back whole. Each of the len / 16
-        // iterations reads 32 bytes at offset k of every vector (k < len * 2, stepping by 32),
-        // inside `q` (4 vectors of `len`) and `d` (3). Unaligned loads are allowed; the
-        // caller guarantees the feature.
+        // iterations reads 32 bytes at byte offset k of every vector (k < len * 2, stepping
+        // by 32): inside `q` (4 vectors of `len` back to back) and `d` (3 vectors of `len`,
+        // d_stride apart). Unaligned loads are allowed; the caller guarantees the feature.
         unsafe {
             asm!(
                 "vmovdqu ymm0, [{a} + 0]",
@@ -323,34 +353,34 @@ mod x86 {
                 "vmovdqu ymm11, [{a} + 352]",
                 "2:",
                 "vmovdqu ymm12, [{d}]",
-                "vmovdqu ymm13, [{d} + {s}]",
+                "vmovdqu ymm13, [{d} + {sd}]",
                 "vmovdqu ymm14, [{q}]",
                 "vpmaddwd ymm15, ymm14, ymm12",
                 "vpaddd ymm0, ymm0, ymm15",
                 "vpmaddwd ymm15, ymm14, ymm13",
                 "vpaddd ymm1, ymm1, ymm15",
-                "vpmaddwd ymm15, ymm14, [{d} + 2*{s}]",
+                "vpmaddwd ymm15, ymm14, [{d} + 2*{sd}]",
                 "vpaddd ymm2, ymm2, ymm15",
                 "vmovdqu ymm14, [{q} + {s}]",
                 "vpmaddwd ymm15, ymm14, ymm12",
                 "vpaddd ymm3, ymm3, ymm15",
                 "vpmaddwd ymm15, ymm14, ymm13",
                 "vpaddd ymm4, ymm4, ymm15",
-                "vpmaddwd ymm15, ymm14, [{d} + 2*{s}]",
+                "vpmaddwd ymm15, ymm14, [{d} + 2*{sd}]",
                 "vpaddd ymm5, ymm5, ymm15",
                 "vmovdqu ymm14, [{q} + 2*{s}]",
                 "vpmaddwd ymm15, ymm14, ymm12",
                 "vpaddd ymm6, ymm6, ymm15",
                 "vpmaddwd ymm15, ymm14, ymm13",
                 "vpaddd ymm7, ymm7, ymm15",
-                "vpmaddwd ymm15, ymm14, [{d} + 2*{s}]",
+                "vpmaddwd ymm15, ymm14, [{d} + 2*{sd}]",
                 "vpaddd ymm8, ymm8, ymm15",
                 "vmovdqu ymm14, [{q} + {s3}]",
                 "vpmaddwd ymm15, ymm14, ymm12",
                 "vpaddd ymm9, ymm9, ymm15",
                 "vpmaddwd ymm15, ymm14, ymm13",
                 "vpaddd ymm10, ymm10, ymm15",
-                "vpmaddwd ymm15, ymm14, [{d} + 2*{s}]",
+                "vpmaddwd ymm15, ymm14, [{d} + 2*{sd}]",
                 "vpaddd ymm11, ymm11, ymm15",
                 "add {q}, 32",
                 "add {d}, 32",
@@ -373,6 +403,7 @@ mod x86 {
                 d = inout(reg) d.as_ptr() => _,
                 s = in(reg) stride,
                 s3 = in(reg) 3 * stride,
+                sd = in(reg) d_stride * 2,
                 n = inout(reg) len / 16 => _,
                 out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
                 out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
@@ -380,6 +411,57 @@ mod x86 {
                 out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
                 options(nostack),
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::{RngCore, SeedableRng};
+
+    /// What a SIMD tile adds to its accumulators (summed over lanes) equals what the portable
+    /// tile adds, from non-zero accumulators and with database rows in place (stride above
+    /// the length), as the engine calls them chunk after chunk.
+    #[test]
+    fn simd_tiles_add_what_the_portable_tile_adds() {
+        let mut rng = ChaCha20Rng::seed_from_u64(7);
+        let mut random = |n: usize| -> Vec<u16> { (0..n).map(|_| rng.next_u32() as u16).collect() };
+        let (len, stride) = (128, 200);
+        let q = random(VNNI_Q * len);
+        let d = random(3 * stride + len);
+        let mut scalar = [[[0i32; 1]; VNNI_D]; VNNI_Q];
+        chunk_scalar(&q, &d, stride, &mut scalar);
+        let start = |i: usize, j: usize| (i * 31 + j * 7) as i32 - 50;
+        let sums = |lanes: &[i32]| lanes.iter().fold(0i32, |a, &b| a.wrapping_add(b));
+        if let Some(cpu) = Avx512Vnni::detect() {
+            let mut acc = [[[0i32; VNNI_LANES]; VNNI_D]; VNNI_Q];
+            for (i, row) in acc.iter_mut().enumerate() {
+                for (j, a) in row.iter_mut().enumerate() {
+                    a[3] = start(i, j);
+                }
+            }
+            chunk_avx512_vnni(cpu, &q, &d, stride, &mut acc);
+            for (i, row) in acc.iter().enumerate() {
+                for (j, a) in row.iter().enumerate() {
+                    assert_eq!(sums(a), scalar[i][j][0].wrapping_add(start(i, j)));
+                }
+            }
+        }
+        if let Some(cpu) = Avx2::detect() {
+            let mut acc = [[[0i32; AVX2_LANES]; AVX2_D]; AVX2_Q];
+            for (i, row) in acc.iter_mut().enumerate() {
+                for (j, a) in row.iter_mut().enumerate() {
+                    a[5] = start(i, j);
+                }
+            }
+            chunk_avx2(cpu, &q[..AVX2_Q * len], &d, stride, &mut acc);
+            for (i, row) in acc.iter().enumerate() {
+                for (j, a) in row.iter().enumerate() {
+                    assert_eq!(sums(a), scalar[i][j][0].wrapping_add(start(i, j)));
+                }
+            }
         }
     }
 }
