@@ -56,6 +56,8 @@ pub struct BenchReport {
     pub queries: usize,
     /// Dot-product phase, one party on one core (the best of three runs).
     pub dot_per_party_core: f64,
+    /// Coefficients per chunk the engine chose for this core (`None`: whole vectors).
+    pub dot_chunk: Option<usize>,
     /// Comparison phase (reshare, lift, MSB, OR over rotations), per party-core.
     pub compare_per_party_core: f64,
     /// The whole pipeline of a batch, per party-core.
@@ -90,8 +92,10 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "  dot-product phase   {:>12} per party-core",
-            m(self.dot_per_party_core)
+            "  dot-product phase   {:>12} per party-core ({})",
+            m(self.dot_per_party_core),
+            self.dot_chunk
+                .map_or("whole vectors".to_owned(), |c| format!("chunks of {c}"))
         )?;
         writeln!(
             f,
@@ -186,6 +190,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
 
     progress("dot-product phase");
     let engine = CpuEngine::with(kernel, 1).expect("one bench thread starts");
+    let engine_chunk = engine.chunk();
     let queries_code = random_u16(&mut rng, rows * CODE_COEFS);
     let queries_mask = random_u16(&mut rng, rows * MASK_COEFS);
     let db_code = random_u16(&mut rng, n * CODE_COEFS);
@@ -282,6 +287,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         db_entries: n,
         queries: q,
         dot_per_party_core: dot_rate,
+        dot_chunk: (engine_chunk != crate::engine::cpu::WHOLE).then_some(engine_chunk),
         compare_per_party_core: compare_rate,
         pipeline_per_party_core: pipeline_rate,
         plaintext_per_core: plain_rate,

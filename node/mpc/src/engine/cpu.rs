@@ -17,10 +17,17 @@ use crate::engine::kernels::{
     AVX2_LANES, AVX2_Q, VNNI_D, VNNI_LANES, VNNI_Q,
 };
 use crate::error::EngineError;
+use crate::process::thread_cpu_seconds;
 
 /// Coefficients per chunk, a multiple of 64 like every vector length. A block's chunk is 24
 /// to 32 KB, about the L1; 512 and 2048 measured no faster, with 8 to 32 rows a block.
 pub const CHUNK: usize = 1024;
+/// A chunk as long as the vector: each tile streams whole vectors from L2. Where L2 keeps up
+/// with the multiplies (Zen 4 at one `vpdpwssd` per cycle) this saves the chunking's
+/// overheads, measured 5 to 10 % faster; where it does not (two per cycle) it halves the rate.
+pub const WHOLE: usize = usize::MAX;
+/// The chunk lengths an engine chooses between at start, by timing both.
+pub const CHUNK_CANDIDATES: [usize; 2] = [CHUNK, WHOLE];
 /// How many chunks ahead the database rows are prefetched: memory latency is not hidden by
 /// the next chunk alone (measured).
 const PREFETCH_CHUNKS: usize = 2;
@@ -79,15 +86,15 @@ impl Kernel {
         }
     }
 
-    /// `queries` x `db` into `out`, as [`DotEngine::dot`], on the current rayon pool.
-    fn run(self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
+    /// `queries` x `db` into `out`, as [`DotEngine::dot`], in chunks of `chunk`, on the
+    /// current rayon pool.
+    fn run(self, chunk: usize, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
         match self {
             // Database tiles per block: 16 rows here, 6 for AVX2 (12 measured 10 % slower).
             // AVX-512 reads whole tiles' rows in place (5 % faster than through the panel);
             // AVX2 through the panel (10 % faster than in place).
             Kernel::Avx512Vnni(cpu) => tiled::<VNNI_Q, VNNI_D, VNNI_LANES>(
-                4,
-                true,
+                (4, true, chunk),
                 |q, d, stride, acc| chunk_avx512_vnni(cpu, q, d, stride, acc),
                 queries,
                 db,
@@ -95,15 +102,16 @@ impl Kernel {
                 out,
             ),
             Kernel::Avx2(cpu) => tiled::<AVX2_Q, AVX2_D, AVX2_LANES>(
-                2,
-                false,
+                (2, false, chunk),
                 |q, d, stride, acc| chunk_avx2(cpu, q, d, stride, acc),
                 queries,
                 db,
                 len,
                 out,
             ),
-            Kernel::Scalar => tiled::<4, 4, 1>(4, true, chunk_scalar, queries, db, len, out),
+            Kernel::Scalar => {
+                tiled::<4, 4, 1>((4, true, chunk), chunk_scalar, queries, db, len, out)
+            }
         }
     }
 }
@@ -113,13 +121,19 @@ impl Kernel {
 /// and holds each row's `k0..k0 + CHUNK` back to back, so a tile's chunk is one contiguous
 /// run (no cache-set conflicts between rows, one stream for the prefetcher). Zeroized when
 /// dropped: it copies shares.
-fn pack(src: &[u16], rows: Range<usize>, len: usize, tile: usize) -> Zeroizing<Vec<u16>> {
+fn pack(
+    src: &[u16],
+    rows: Range<usize>,
+    len: usize,
+    tile: usize,
+    chunk: usize,
+) -> Zeroizing<Vec<u16>> {
     let padded = rows.len().div_ceil(tile) * tile;
     let mut out = Zeroizing::new(vec![0u16; padded * len]);
     // Row by row, so the reads stream; the writes scatter one chunk per row.
     for (i, r) in rows.enumerate() {
-        for k0 in (0..len).step_by(CHUNK) {
-            let kl = CHUNK.min(len - k0);
+        for k0 in (0..len).step_by(chunk) {
+            let kl = chunk.min(len - k0);
             out[k0 * padded + i * kl..k0 * padded + (i + 1) * kl]
                 .copy_from_slice(&src[r * len + k0..r * len + k0 + kl]);
         }
@@ -127,24 +141,24 @@ fn pack(src: &[u16], rows: Range<usize>, len: usize, tile: usize) -> Zeroizing<V
     out
 }
 
-/// The blocked loop nest around a `Q` x `D` micro-kernel with `L`-lane accumulators, blocks
-/// of `block_tiles` database tiles, read in place where `in_place` and the block's tiles are
+/// The blocked loop nest around a `Q` x `D` micro-kernel with `L`-lane accumulators, chunks of
+/// `chunk` coefficients, blocks of `block_tiles` database tiles, read in place where `in_place` and the block's tiles are
 /// whole, else copied chunk by chunk into a panel. Rows past the ends are zeros and their
 /// results dropped.
 fn tiled<const Q: usize, const D: usize, const L: usize>(
-    block_tiles: usize,
-    in_place: bool,
+    (block_tiles, in_place, chunk): (usize, bool, usize),
     micro: impl Fn(&[u16], &[u16], usize, &mut Acc<Q, D, L>) + Sync,
     queries: &[u16],
     db: &[u16],
     len: usize,
     out: &mut [u16],
 ) {
+    let chunk = chunk.min(len);
     let nq = queries.len() / len;
     let nd = db.len() / len;
     let block = D * block_tiles;
     let q_tiles = nq.div_ceil(Q);
-    let packed_queries = pack(queries, 0..nq, len, Q);
+    let packed_queries = pack(queries, 0..nq, len, Q, chunk);
     // Each task: one block of database rows against all queries, into its own buffer.
     let blocks: Vec<(usize, Vec<u16>)> = (0..nd.div_ceil(block))
         .into_par_iter()
@@ -157,13 +171,13 @@ fn tiled<const Q: usize, const D: usize, const L: usize>(
             // The block's chunk, rows back to back: it stays in L1 while every query tile
             // passes over it.
             let part = !in_place || width != d_rows;
-            let mut panel = Zeroizing::new(vec![0u16; usize::from(part) * d_rows * CHUNK.min(len)]);
+            let mut panel = Zeroizing::new(vec![0u16; usize::from(part) * d_rows * chunk.min(len)]);
             let mut acc = vec![[[[0i32; L]; D]; Q]; q_tiles * d_tiles];
-            for k0 in (0..len).step_by(CHUNK) {
-                let kl = CHUNK.min(len - k0);
+            for k0 in (0..len).step_by(chunk) {
+                let kl = chunk.min(len - k0);
                 let qs = &packed_queries[k0 * q_tiles * Q..][..q_tiles * Q * kl];
-                let ahead = (k0 + PREFETCH_CHUNKS * CHUNK).min(len);
-                let ahead_len = CHUNK.min(len - ahead);
+                let ahead = (k0 + PREFETCH_CHUNKS * chunk).min(len);
+                let ahead_len = chunk.min(len - ahead);
                 // In place the rows are `len` apart; in the panel `kl`, zero rows after the
                 // block's.
                 let (ds, stride) = if !part {
@@ -212,18 +226,54 @@ fn tiled<const Q: usize, const D: usize, const L: usize>(
     }
 }
 
+/// Which of [`CHUNK_CANDIDATES`] runs `kernel` faster on this core: a batch's shape (124
+/// query rotations, 32 code vectors), the best of three runs each, on this thread's CPU time.
+/// Either gives the same results; this picks the loop nest for the cache this core has.
+pub fn fastest_chunk(kernel: Kernel) -> usize {
+    // One thread, timed from inside it: the loop nest's tasks all run where the clock is.
+    let Ok(pool) = rayon::ThreadPoolBuilder::new().num_threads(1).build() else {
+        return CHUNK;
+    };
+    let len = sdk_orb::CODE_COEFS;
+    let queries: Vec<u16> = (0..124 * len).map(|i| (i * 7) as u16).collect();
+    let db: Vec<u16> = (0..32 * len).map(|i| (i * 13) as u16).collect();
+    let mut out = vec![0u16; 124 * 32];
+    let mut time = |chunk| {
+        pool.install(|| {
+            (0..3)
+                .map(|_| {
+                    let start = thread_cpu_seconds();
+                    kernel.run(chunk, &queries, &db, len, &mut out);
+                    thread_cpu_seconds() - start
+                })
+                .fold(f64::INFINITY, f64::min)
+        })
+    };
+    let mut best = (CHUNK_CANDIDATES[0], f64::INFINITY);
+    for chunk in CHUNK_CANDIDATES {
+        let t = time(chunk);
+        if t < best.1 {
+            best = (chunk, t);
+        }
+    }
+    best.0
+}
+
 /// The CPU dot-product engine.
 #[derive(Debug)]
 pub struct CpuEngine {
     kernel: Kernel,
+    chunk: usize,
     pool: Option<rayon::ThreadPool>,
 }
 
 impl CpuEngine {
     /// The fastest supported kernel on rayon's global pool.
     pub fn new() -> CpuEngine {
+        let kernel = Kernel::detect();
         CpuEngine {
-            kernel: Kernel::detect(),
+            kernel,
+            chunk: fastest_chunk(kernel),
             pool: None,
         }
     }
@@ -233,6 +283,19 @@ impl CpuEngine {
     /// # Errors
     /// The thread pool cannot be started.
     pub fn with(kernel: Kernel, threads: usize) -> Result<CpuEngine, EngineError> {
+        CpuEngine::with_chunk(kernel, threads, fastest_chunk(kernel))
+    }
+
+    /// A given kernel and chunk length (one of [`CHUNK_CANDIDATES`]) on a dedicated pool of
+    /// `threads` threads.
+    ///
+    /// # Errors
+    /// The thread pool cannot be started.
+    pub fn with_chunk(
+        kernel: Kernel,
+        threads: usize,
+        chunk: usize,
+    ) -> Result<CpuEngine, EngineError> {
         let threads = threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -240,6 +303,7 @@ impl CpuEngine {
             .map_err(|_| EngineError::Threads(threads))?;
         Ok(CpuEngine {
             kernel,
+            chunk: chunk.max(64),
             pool: Some(pool),
         })
     }
@@ -247,6 +311,11 @@ impl CpuEngine {
     /// The kernel in use.
     pub fn kernel(&self) -> Kernel {
         self.kernel
+    }
+
+    /// The chunk length in use ([`WHOLE`]: whole vectors).
+    pub fn chunk(&self) -> usize {
+        self.chunk
     }
 }
 
@@ -273,8 +342,8 @@ impl DotEngine for CpuEngine {
             return;
         }
         match &self.pool {
-            Some(pool) => pool.install(|| self.kernel.run(queries, db, len, out)),
-            None => self.kernel.run(queries, db, len, out),
+            Some(pool) => pool.install(|| self.kernel.run(self.chunk, queries, db, len, out)),
+            None => self.kernel.run(self.chunk, queries, db, len, out),
         }
     }
 }

@@ -66,8 +66,10 @@ pub fn check_engine(engine: &dyn DotEngine) {
 #[test]
 fn every_cpu_kernel_matches_the_reference() {
     for kernel in crate::engine::Kernel::all_supported() {
-        let engine = crate::engine::CpuEngine::with(kernel, 2).expect("supported");
-        check_engine(&engine);
+        for chunk in crate::engine::cpu::CHUNK_CANDIDATES {
+            let engine = crate::engine::CpuEngine::with_chunk(kernel, 2, chunk).expect("supported");
+            check_engine(&engine);
+        }
     }
 }
 
