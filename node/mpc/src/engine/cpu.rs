@@ -1,10 +1,10 @@
-//! The CPU engine: register-tiled SIMD kernels over chunks of the vector length that fit the
-//! L1 cache with their database rows, blocks of database rows per rayon task.
+//! The CPU engine: register-tiled SIMD kernels, blocks of database rows per rayon task, the
+//! vector length in chunks or whole (chosen at start by timing both).
 //!
-//! A task runs its block chunk by chunk: every query tile against every database tile of the
-//! block over one chunk, the accumulators kept in memory between chunks. The block's chunk
-//! then stays in L1 across all query tiles, so the kernels read it from there instead of
-//! streaming whole vectors from L2 for every tile.
+//! With chunks, a task runs its block chunk by chunk: every query tile against every
+//! database tile of the block over one chunk, the accumulators kept in memory between
+//! chunks. The block's chunk then stays in L1 across all query tiles, so the kernels read it
+//! from there instead of streaming whole vectors from L2 for every tile.
 
 use core::ops::Range;
 
@@ -23,8 +23,9 @@ use crate::process::thread_cpu_seconds;
 /// to 32 KB, about the L1; 512 and 2048 measured no faster, with 8 to 32 rows a block.
 pub const CHUNK: usize = 1024;
 /// A chunk as long as the vector: each tile streams whole vectors from L2. Where L2 keeps up
-/// with the multiplies (Zen 4 at one `vpdpwssd` per cycle) this saves the chunking's
-/// overheads, measured 5 to 10 % faster; where it does not (two per cycle) it halves the rate.
+/// with the multiplies (Zen 4 at one zmm `vpdpwssd` per cycle) this saves the chunking's
+/// overheads, measured 5 to 10 % faster; where it does not (whole vectors reached 0.47 of the
+/// peak on a core issuing two per cycle) chunks keep the block in L1.
 pub const WHOLE: usize = usize::MAX;
 /// The chunk lengths an engine chooses between at start, by timing both.
 pub const CHUNK_CANDIDATES: [usize; 2] = [CHUNK, WHOLE];
