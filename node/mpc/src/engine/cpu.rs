@@ -231,6 +231,10 @@ fn tiled<const Q: usize, const D: usize, const L: usize>(
 /// query rotations, 32 code vectors), the best of three runs each, on this thread's CPU time.
 /// Either gives the same results; this picks the loop nest for the cache this core has.
 pub fn fastest_chunk(kernel: Kernel) -> usize {
+    // The portable kernel is the fallback, not worth a start-up delay (seconds unoptimised).
+    if kernel == Kernel::Scalar {
+        return WHOLE;
+    }
     // One thread, timed from inside it: the loop nest's tasks all run where the clock is.
     let Ok(pool) = rayon::ThreadPoolBuilder::new().num_threads(1).build() else {
         return CHUNK;
