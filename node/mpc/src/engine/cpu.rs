@@ -159,7 +159,11 @@ fn tiled<const Q: usize, const D: usize, const L: usize>(
     let nd = db.len() / len;
     let block = D * block_tiles;
     let q_tiles = nq.div_ceil(Q);
-    let packed_queries = pack(queries, 0..nq, len, Q, chunk);
+    // Whole vectors: full query tiles are read in place, only the last, part tile is copied
+    // (with zero rows). Chunks: every query packed chunk by chunk.
+    let whole = chunk == len;
+    let in_place_tiles = if whole { nq / Q } else { 0 };
+    let packed_queries = pack(queries, in_place_tiles * Q..nq, len, Q, chunk);
     // Each task: one block of database rows against all queries, into its own buffer.
     let blocks: Vec<(usize, Vec<u16>)> = (0..nd.div_ceil(block))
         .into_par_iter()
@@ -176,7 +180,17 @@ fn tiled<const Q: usize, const D: usize, const L: usize>(
             let mut acc = vec![[[[0i32; L]; D]; Q]; q_tiles * d_tiles];
             for k0 in (0..len).step_by(chunk) {
                 let kl = chunk.min(len - k0);
-                let qs = &packed_queries[k0 * q_tiles * Q..][..q_tiles * Q * kl];
+                let qs: Vec<&[u16]> = (0..q_tiles)
+                    .map(|t| {
+                        if whole && t < in_place_tiles {
+                            &queries[t * Q * len..(t + 1) * Q * len]
+                        } else {
+                            let t = t - in_place_tiles;
+                            &packed_queries[k0 * (q_tiles - in_place_tiles) * Q + t * Q * kl..]
+                                [..Q * kl]
+                        }
+                    })
+                    .collect();
                 let ahead = (k0 + PREFETCH_CHUNKS * chunk).min(len);
                 let ahead_len = chunk.min(len - ahead);
                 // In place the rows are `len` apart; in the panel `kl`, zero rows after the
@@ -191,11 +205,7 @@ fn tiled<const Q: usize, const D: usize, const L: usize>(
                     ds[width * kl..].fill(0);
                     (&panel[..d_rows * kl], kl)
                 };
-                for (t, (q, tiles)) in qs
-                    .chunks_exact(Q * kl)
-                    .zip(acc.chunks_exact_mut(d_tiles))
-                    .enumerate()
-                {
+                for (t, (&q, tiles)) in qs.iter().zip(acc.chunks_exact_mut(d_tiles)).enumerate() {
                     // A later chunk of a row or two, fetched from memory while this one
                     // computes.
                     for r in (d0 + t..d1).step_by(q_tiles) {
