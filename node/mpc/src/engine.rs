@@ -12,11 +12,15 @@ pub mod gpu;
 #[allow(unsafe_code)]
 pub mod kernels;
 pub mod mirror;
+// The peak probe is inline assembly behind the same tokens.
+#[allow(unsafe_code)]
+pub mod peak;
 pub mod split;
 
-pub use cpu::{mac_peak, CpuEngine, Kernel};
+pub use cpu::{CpuEngine, Kernel};
 #[cfg(feature = "gpu")]
 pub use gpu::GpuEngine;
+pub use peak::{mac_peak, MacPeak};
 
 use crate::dot::DotEngine;
 use crate::error::EngineError;

@@ -10,6 +10,7 @@ use sdk_orb::{CODE_COEFS, MASK_COEFS};
 use sdk_orb::plaintext::DEFAULT_THRESHOLD;
 
 use crate::dot::DotEngine;
+use crate::engine::cpu::CHUNK;
 
 fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
     (0..n).map(|_| rng.next_u32() as u16).collect()
@@ -26,6 +27,12 @@ pub fn check_engine(engine: &dyn DotEngine) {
         (5, 17, MASK_COEFS),
         (33, 37, CODE_COEFS),
         (2, 70, 128),
+        // Chunk boundaries of the CPU engine: one chunk exactly, one and a bit, several with
+        // a short last chunk.
+        (7, 13, CHUNK),
+        (4, 12, CHUNK + 64),
+        (13, 25, 3 * CHUNK - 64),
+        (6, 16, 2 * CHUNK),
     ] {
         let queries = random_u16(&mut rng, nq * len);
         let db = random_u16(&mut rng, nd * len);
@@ -59,8 +66,10 @@ pub fn check_engine(engine: &dyn DotEngine) {
 #[test]
 fn every_cpu_kernel_matches_the_reference() {
     for kernel in crate::engine::Kernel::all_supported() {
-        let engine = crate::engine::CpuEngine::with(kernel, 2).expect("supported");
-        check_engine(&engine);
+        for chunk in crate::engine::cpu::CHUNK_CANDIDATES {
+            let engine = crate::engine::CpuEngine::with_chunk(kernel, 2, chunk).expect("supported");
+            check_engine(&engine);
+        }
     }
 }
 
