@@ -15,7 +15,9 @@ use std::time::Duration;
 use ocelli_mpc::network::ChannelTransport;
 use ocelli_mpc::pipeline::{self, PipelineConfig};
 use ocelli_mpc::randomness::{pair_seed, CorrelatedRandomness};
-use ocelli_mpc::requests::{comparisons, needs_mpc, outcomes, pipeline_requests, PublicRequest};
+use ocelli_mpc::requests::{
+    comparisons, needs_mpc, outcomes, pipeline_requests, MatchRules, PublicRequest,
+};
 use ocelli_mpc::session::Session;
 use ocelli_mpc::{DotEngine, EngineError};
 use rand_core::{OsRng, RngCore};
@@ -94,6 +96,7 @@ pub struct MpcEvaluator {
     public: [x25519_dalek::PublicKey; 3],
     engine: Box<dyn DotEngine>,
     pipeline: PipelineConfig,
+    rules: MatchRules,
     round_timeout: Duration,
 }
 
@@ -157,6 +160,10 @@ impl MpcEvaluator {
             public,
             engine,
             pipeline,
+            rules: MatchRules {
+                mirror: m.mirror_detection,
+                lookback: m.lookback,
+            },
             round_timeout: Duration::from_millis(m.round_timeout_ms),
         })
     }
@@ -245,7 +252,7 @@ impl BatchEvaluator for MpcEvaluator {
             .iter()
             .map(|r| r.shares.to_party_shares())
             .collect();
-        let pipeline_requests = pipeline_requests(&public, &shares, db.rows());
+        let pipeline_requests = pipeline_requests(&public, &shares, db.rows(), &self.rules);
         if !needs_mpc(&pipeline_requests) {
             let results = vec![Default::default(); requests.len()];
             return Ok(outcomes(&public, &pipeline_requests, results, db.rows()));

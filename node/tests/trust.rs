@@ -547,6 +547,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
             kind: recorded_outcome::Kind::Match as i32,
             matched_serial_ids: vec![1],
             matched_earlier: Vec::new(),
+            mirror_attack: false,
         }],
         ..BatchCommit::default()
     };
@@ -630,6 +631,7 @@ async fn forged_catch_up_is_refused() -> Res {
         kind: recorded_outcome::Kind::Match as i32,
         matched_serial_ids: vec![7],
         matched_earlier: Vec::new(),
+        mirror_attack: false,
     }];
     let held = c
         .state(2)
@@ -722,6 +724,7 @@ fn a_batch_at_the_largest_pass_succeeds() {
                 against_earlier: false,
                 candidate: false,
                 or_policy: false,
+                rules: Default::default(),
             })
             .collect();
         evaluate(s, &ocelli_mpc::engine::CpuEngine::new(), &m, &reqs, &config).map(|r| r.len())

@@ -463,6 +463,7 @@ async fn submit(
         "request_id": meta.request_id.to_string(),
         "decision": ocelli_node::agreement::status_label(result.status),
         "matched_serial_ids": result.matched_serial_ids,
+        "mirror_attack": result.mirror_attack,
         "enrolled_serial_id": enrolled,
         "serial_id": (result.serial_id != 0).then_some(result.serial_id),
         "detail": result.detail,
