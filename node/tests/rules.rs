@@ -27,15 +27,24 @@ fn matching(t: &mut toml::Table, key: &str, value: toml::Value) {
 }
 
 async fn ask(orb: &Orb, t: RequestType, p: &Person) -> Res<NodeResult> {
-    let meta = RequestMeta {
+    ask_naming(orb, t, p, &[]).await
+}
+
+fn meta(t: RequestType) -> RequestMeta {
+    RequestMeta {
         request_id: RequestId::random(&mut OsRng),
         request_type: t,
         timestamp_ms: now_ms(),
         serial_id: 0,
         or_policy: false,
-    };
+    }
+}
+
+/// Asks with `or_serial_ids` named for the OR rule.
+async fn ask_naming(orb: &Orb, t: RequestType, p: &Person, ids: &[u64]) -> Res<NodeResult> {
+    let meta = meta(t);
     let env = orb.envelope(&mut OsRng, &meta, &p.0, &p.1)?;
-    orb.submit(&env).await?;
+    orb.submit_naming(&env, ids).await?;
     orb.result(&meta.request_id, Duration::from_secs(300)).await
 }
 
@@ -146,7 +155,7 @@ async fn without_mirror_detection_the_mirrored_recapture_is_enrolled() -> Res {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn one_eye_replaced_matches_within_the_lookback_window_only() -> Res {
+async fn one_eye_replaced_matches_within_the_lookback_window_or_when_named() -> Res {
     let dir = tempfile::tempdir()?;
     let tweak = |t: &mut toml::Table| matching(t, "lookback", 2.into());
     let (deployment, listeners) = Deployment::open_or_create(dir.path(), &tweak).await?;
@@ -180,6 +189,46 @@ async fn one_eye_replaced_matches_within_the_lookback_window_only() -> Res {
     assert_eq!(status(&r), S::Unique, "{}", r.detail);
     let r = ask(&orb, T::UniquenessCheck, &recapture(&mut rng, &p)).await?;
     assert_eq!(r.matched_serial_ids, vec![serial], "both eyes still match");
+
+    // Beyond the window, a request naming p's serial id compares with p under the OR rule.
+    let half = one_eye_replaced(&mut rng, &p);
+    let r = ask_naming(&orb, T::Uniqueness, &half, &[serial]).await?;
+    assert_eq!(status(&r), S::Match, "{}", r.detail);
+    assert_eq!(r.matched_serial_ids, vec![serial]);
+
+    // Bad lists are refused by every node with a clear error, and nothing is stored: the
+    // same envelope is accepted afterwards (it would otherwise be a replay).
+    let enrolled = cluster.states()[0].shares().len();
+    let m = meta(T::Uniqueness);
+    let env = orb.envelope(&mut OsRng, &m, &half.0, &half.1)?;
+    let too_many: Vec<u64> = (1..=65).collect();
+    for (ids, want) in [
+        (&too_many[..], "65 serial ids, at most 64"),
+        (&[serial, 999][..], "serial id 999 is not enrolled"),
+    ] {
+        let e = orb.submit_naming(&env, ids).await.err().ok_or("accepted")?;
+        assert!(e.to_string().contains(want), "{e}");
+    }
+    let reauth = meta(T::Reauth);
+    let reauth = RequestMeta {
+        serial_id: serial,
+        ..reauth
+    };
+    let e = orb.envelope(&mut OsRng, &reauth, &half.0, &half.1)?;
+    let e = orb
+        .submit_naming(&e, &[serial])
+        .await
+        .err()
+        .ok_or("accepted")?;
+    assert!(e.to_string().contains("only uniqueness"), "{e}");
+    orb.submit(&env).await?;
+    let r = orb.result(&m.request_id, Duration::from_secs(300)).await?;
+    assert_eq!(
+        status(&r),
+        S::UniqueEnrolled,
+        "without the named id, both eyes must match"
+    );
+    assert_eq!(cluster.states()[0].shares().len(), enrolled + 1);
     cluster.shutdown().await
 }
 

@@ -183,6 +183,7 @@ async fn stranger_reads_nothing() -> Res {
             .orb
             .submit(SubmitRequest {
                 envelope: c.envelope(),
+                or_serial_ids: Vec::new(),
             })
             .await;
         assert_eq!(code(submitted), tonic::Code::Unauthenticated, "node {i}");
@@ -255,6 +256,7 @@ async fn gateway_reads_only_its_own_results() -> Res {
         .clone()
         .submit(SubmitRequest {
             envelope: c.envelope(),
+            or_serial_ids: Vec::new(),
         })
         .await;
     assert_eq!(code(refused), tonic::Code::PermissionDenied);
@@ -452,6 +454,7 @@ async fn a_request_party0_lacks_times_out_in_a_batch() -> Res {
             .orb
             .submit(SubmitRequest {
                 envelope: lacking.clone(),
+                or_serial_ids: Vec::new(),
             })
             .await?;
     }
@@ -529,6 +532,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
         .orb
         .submit(SubmitRequest {
             envelope: target.clone(),
+            or_serial_ids: Vec::new(),
         })
         .await?;
     let meta = c.state(2).store().meta()?;
@@ -579,6 +583,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
             .orb
             .submit(SubmitRequest {
                 envelope: target.clone(),
+                or_serial_ids: Vec::new(),
             })
             .await?;
     }

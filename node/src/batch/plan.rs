@@ -88,8 +88,7 @@ pub(crate) fn eval_request(
         request_type: rec.request_type()?,
         serial_id: SerialId(rec.serial_id),
         or_policy: rec.or_policy,
-        // Requests do not carry named OR-rule serial ids on the wire yet.
-        or_serial_ids: Vec::new(),
+        or_serial_ids: rec.or_serial_ids.iter().map(|&s| SerialId(s)).collect(),
         shares,
     })
 }
@@ -384,6 +383,7 @@ fn placeholder_record(digest: &[u8]) -> RequestRecord {
         or_policy: false,
         batch_id: 0,
         submitter: Vec::new(),
+        or_serial_ids: Vec::new(),
     }
 }
 

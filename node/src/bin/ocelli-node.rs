@@ -102,6 +102,10 @@ enum Command {
         /// A match of either eye suffices.
         #[arg(long)]
         or_policy: bool,
+        /// An enrolled serial id to compare with under the OR rule (uniqueness requests and
+        /// checks; repeat, at most 64).
+        #[arg(long = "or-serial-id")]
+        or_serial_ids: Vec<u64>,
     },
     /// Measure the matching pipeline: dot products, comparisons, the whole
     /// pipeline, a plaintext matcher and the multiply-add peak, in one run.
@@ -340,7 +344,18 @@ fn main() -> ExitCode {
             request_type,
             serial_id,
             or_policy,
-        } => run_async(submit(dir, left, right, request_type, serial_id, or_policy)),
+            mut or_serial_ids,
+        } => {
+            or_serial_ids.sort_unstable();
+            or_serial_ids.dedup();
+            let request = SubmitArgs {
+                request_type,
+                serial_id,
+                or_policy,
+                or_serial_ids,
+            };
+            run_async(submit(dir, left, right, request))
+        }
         Command::Bench {
             db,
             queries,
@@ -419,14 +434,26 @@ fn init_quiet_logging() {
         .init();
 }
 
+/// What `submit` asks besides the two templates.
+struct SubmitArgs {
+    request_type: sdk_orb::RequestType,
+    serial_id: Option<u64>,
+    or_policy: bool,
+    or_serial_ids: Vec<u64>,
+}
+
 async fn submit(
     dir: PathBuf,
     left: PathBuf,
     right: PathBuf,
-    request_type: sdk_orb::RequestType,
-    serial_id: Option<u64>,
-    or_policy: bool,
+    args: SubmitArgs,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let SubmitArgs {
+        request_type,
+        serial_id,
+        or_policy,
+        or_serial_ids,
+    } = args;
     let policy = sdk_orb::TemplatePolicy::default();
     let load = |path: &PathBuf| -> Result<sdk_orb::IrisTemplate, TemplateFileError> {
         let bytes = std::fs::read(path).map_err(|source| TemplateFileError::Io {
@@ -451,7 +478,7 @@ async fn submit(
         or_policy,
     };
     let envelope = orb.envelope(&mut rand_core::OsRng, &meta, &left, &right)?;
-    orb.submit(&envelope).await?;
+    orb.submit_naming(&envelope, &or_serial_ids).await?;
     let result = orb
         .result(&meta.request_id, std::time::Duration::from_secs(600))
         .await?;

@@ -291,6 +291,7 @@ impl Cluster {
                 c.orb
                     .submit(shared_proto::v1::SubmitRequest {
                         envelope: env.to_vec(),
+                        or_serial_ids: Vec::new(),
                     })
                     .await
                     .map(|_| ()),
