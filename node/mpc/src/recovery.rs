@@ -116,9 +116,18 @@ impl Helper {
     /// The message for one person's shares, [`PERSON_COEFS`] coefficients in the order left
     /// code, left mask, right code, right mask.
     pub fn contribute_person(&mut self, shares: &PartyShares) -> Vec<u16> {
+        self.contribute_parts(person_parts(shares))
+    }
+
+    /// [`Helper::contribute_person`] from the four parts (left code, left mask, right code,
+    /// right mask), as a share database row holds them.
+    ///
+    /// # Panics
+    /// If the parts are not a code, a mask, a code and a mask long.
+    pub fn contribute_parts(&mut self, parts: [&[u16]; 4]) -> Vec<u16> {
         let mut out = vec![0u16; PERSON_COEFS];
         let mut at = 0;
-        for part in person_parts(shares) {
+        for part in parts {
             self.contribute(part, &mut out[at..at + part.len()]);
             at += part.len();
         }

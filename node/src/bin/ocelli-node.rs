@@ -135,6 +135,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Recover this node's lost store from the two other nodes (which must be running): its
+    /// shares (each helper sends a masked Lagrange term; only this node learns its share),
+    /// the enrolled serial ids and the counters. The store must be empty; run with the node
+    /// stopped, then start it with `serve`.
+    Recover {
+        /// The node's TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Run a node.
     Serve {
         /// TOML config file (OCELLI_* environment variables override it).
@@ -401,6 +410,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Recover { config } => run_async(recover(config)),
         Command::Serve { config, json_logs } => {
             init_logging(json_logs);
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -495,6 +505,21 @@ async fn submit(
         "serial_id": (result.serial_id != 0).then_some(result.serial_id),
         "detail": result.detail,
         "batch_id": result.batch_id,
+    });
+    println!("{out}");
+    Ok(())
+}
+
+async fn recover(path: PathBuf) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let cfg = NodeConfig::load(&path)?;
+    let r = ocelli_node::recovery::recover(&cfg).await?;
+    let out = serde_json::json!({
+        "party": cfg.party_id,
+        "entries": r.entries,
+        "last_applied_batch": r.last_applied_batch,
+        "next_serial_id": r.next_serial,
+        "bytes_per_helper": r.bytes_per_helper,
+        "seconds": r.seconds,
     });
     println!("{out}");
     Ok(())
