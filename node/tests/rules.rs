@@ -3,6 +3,9 @@
 //! irises whose truth is known.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/cluster.rs"]
+mod cluster;
+
 use std::time::Duration;
 
 use ocelli_mpc::synthetic;
@@ -247,5 +250,54 @@ async fn the_demo_flags_every_mirrored_capture_and_nothing_else() -> Res {
     assert_eq!(report.mirror_attacks_flagged, report.mirrored_captures);
     assert_eq!(report.false_mirror_flags, 0);
     assert_eq!((report.false_matches, report.false_non_matches), (0, 0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_given_different_named_ids_answer_digest_mismatch() -> Res {
+    use ocelli_node::batch::DangerEnrolEverythingForTests;
+    use prost::Message;
+    use shared_proto::v1::{GetResultRequest, SubmitRequest};
+    let mut c = cluster::Cluster::start(std::sync::Arc::new(DangerEnrolEverythingForTests))
+        .await
+        .map_err(|e| e.to_string())?;
+    for _ in 0..2 {
+        let e = c.envelope();
+        for r in c.submit_all(&e).await {
+            r?;
+        }
+    }
+    c.wait_drained(Duration::from_secs(20))
+        .await
+        .map_err(|e| e.to_string())?;
+    // One envelope; the gateway names serial 1 to two nodes and serial 2 to the third.
+    let meta = c.meta(RequestType::Uniqueness, 0, now_ms());
+    let env = c.seal(&meta);
+    for (i, ids) in [(0, vec![1]), (1, vec![1]), (2, vec![2])] {
+        c.client(i)
+            .orb
+            .submit(SubmitRequest {
+                envelope: env.clone(),
+                or_serial_ids: ids,
+            })
+            .await?;
+    }
+    c.wait_drained(Duration::from_secs(30))
+        .await
+        .map_err(|e| e.to_string())?;
+    for i in 0..3 {
+        let signed = c
+            .client(i)
+            .orb
+            .get_result(GetResultRequest {
+                request_id: meta.request_id.0.to_vec(),
+            })
+            .await?
+            .into_inner();
+        let r = NodeResult::decode(signed.result.as_slice())?;
+        assert_eq!(status(&r), ResultStatus::DigestMismatch, "node {i}: {}", r.detail);
+    }
+    assert_eq!(c.state(0).shares().len(), 2, "nothing enrolled");
+    c.stop_all().await.map_err(|e| e.to_string())?;
     Ok(())
 }
