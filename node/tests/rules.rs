@@ -295,7 +295,12 @@ async fn nodes_given_different_named_ids_answer_digest_mismatch() -> Res {
             .await?
             .into_inner();
         let r = NodeResult::decode(signed.result.as_slice())?;
-        assert_eq!(status(&r), ResultStatus::DigestMismatch, "node {i}: {}", r.detail);
+        assert_eq!(
+            status(&r),
+            ResultStatus::DigestMismatch,
+            "node {i}: {}",
+            r.detail
+        );
     }
     assert_eq!(c.state(0).shares().len(), 2, "nothing enrolled");
     c.stop_all().await.map_err(|e| e.to_string())?;
