@@ -122,6 +122,8 @@ pub struct EvalRequest {
     pub serial_id: SerialId,
     /// Either eye suffices for a match.
     pub or_policy: bool,
+    /// Serial ids compared under the OR rule (uniqueness requests).
+    pub or_serial_ids: Vec<SerialId>,
     /// This party's shares of the query.
     pub shares: StoredShares,
 }
@@ -133,6 +135,7 @@ impl EvalRequest {
             request_type: self.request_type,
             serial_id: self.serial_id,
             or_policy: self.or_policy,
+            or_serial_ids: self.or_serial_ids.clone(),
         }
     }
 }

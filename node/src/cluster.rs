@@ -283,10 +283,30 @@ impl Orb {
     /// # Errors
     /// A node refused it (the status says why).
     pub async fn submit(&self, envelope: &[u8]) -> Result<(), ToolError> {
+        self.submit_naming(envelope, &[]).await
+    }
+
+    /// [`Orb::submit`] naming enrolled serial ids to compare with under the OR rule
+    /// (strictly increasing, at most 64; the same to all three nodes).
+    ///
+    /// # Errors
+    /// A node refuses the request (bad ids included) or cannot be reached.
+    pub async fn submit_naming(
+        &self,
+        envelope: &[u8],
+        or_serial_ids: &[u64],
+    ) -> Result<(), ToolError> {
         let calls = self.clients.iter().map(|c| {
             let mut c = c.orb.clone();
             let envelope = envelope.to_vec();
-            async move { c.submit(SubmitRequest { envelope }).await }
+            let or_serial_ids = or_serial_ids.to_vec();
+            async move {
+                c.submit(SubmitRequest {
+                    envelope,
+                    or_serial_ids,
+                })
+                .await
+            }
         });
         for (party, r) in futures::future::join_all(calls)
             .await

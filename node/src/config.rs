@@ -158,6 +158,12 @@ pub struct MatchingConfig {
     pub threads: usize,
     /// How long to wait for a peer's message within a protocol round, ms.
     pub round_timeout_ms: u64,
+    /// Mirror-attack detection: also match each uniqueness request's and check's mirrored
+    /// query against the database and open whether it matched (one more bit per request).
+    pub mirror_detection: bool,
+    /// The lookback OR rule: a request is compared with the N most recently enrolled people
+    /// (and the batch's earlier candidates) under the OR rule. 0 = off.
+    pub lookback: usize,
 }
 
 impl Default for MatchingConfig {
@@ -172,6 +178,8 @@ impl Default for MatchingConfig {
             gpu_devices: vec![0],
             threads: 0,
             round_timeout_ms: 120_000,
+            mirror_detection: true,
+            lookback: 0,
         }
     }
 }
@@ -394,6 +402,11 @@ impl NodeConfig {
         over!("OCELLI_MATCHING_ENABLED", self.matching.enabled);
         over!("OCELLI_MATCHING_THRESHOLD", self.matching.threshold);
         over!("OCELLI_MATCHING_PRIVACY_MAX", self.matching.privacy_max);
+        over!(
+            "OCELLI_MATCHING_MIRROR_DETECTION",
+            self.matching.mirror_detection
+        );
+        over!("OCELLI_MATCHING_LOOKBACK", self.matching.lookback);
         over!("OCELLI_MATCHING_THREADS", self.matching.threads);
         if let Some(url) = get("OCELLI_STORE_URL") {
             self.store.url = (!url.is_empty()).then_some(url);

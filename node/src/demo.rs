@@ -24,7 +24,8 @@ use ocelli_mpc::synthetic;
 pub struct DemoOptions {
     /// People enrolled first.
     pub people: usize,
-    /// Requests submitted afterwards: half new people, half re-captures.
+    /// Requests submitted afterwards: half new people, half re-captures, and one in ten a
+    /// mirrored capture of an enrolled person (a mirror attack).
     pub probes: usize,
     /// Deployment directory (default: a temporary one, removed afterwards).
     pub dir: Option<PathBuf>,
@@ -64,6 +65,12 @@ pub struct DemoReport {
     pub false_matches: usize,
     /// Re-captures not matched to their person.
     pub false_non_matches: usize,
+    /// Mirrored captures of enrolled people submitted.
+    pub mirrored_captures: usize,
+    /// Mirrored captures flagged as mirror attacks (and not enrolled).
+    pub mirror_attacks_flagged: usize,
+    /// Other requests (enrolments, new people, re-captures) flagged as mirror attacks.
+    pub false_mirror_flags: usize,
     /// (query rotation, enrolled iris) pairs compared in MPC.
     pub comparisons: u64,
     /// Wall time of the whole run, seconds.
@@ -74,13 +81,19 @@ pub struct DemoReport {
 
 impl std::fmt::Display for DemoReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let rows: [(&str, String); 9] = [
+        let rows: [(&str, String); 12] = [
             ("requests", self.requests.to_string()),
             ("enrolled", self.enrolled.to_string()),
             ("re-captures submitted", self.recaptures.to_string()),
             ("duplicates found", self.duplicates_found.to_string()),
             ("false matches", self.false_matches.to_string()),
             ("false non-matches", self.false_non_matches.to_string()),
+            ("mirrored captures", self.mirrored_captures.to_string()),
+            (
+                "mirror attacks flagged",
+                self.mirror_attacks_flagged.to_string(),
+            ),
+            ("false mirror flags", self.false_mirror_flags.to_string()),
             ("comparisons (MPC)", self.comparisons.to_string()),
             ("wall time", format!("{:.1} s", self.seconds)),
             (
@@ -102,6 +115,8 @@ struct Probe {
     right: IrisTemplate,
     /// For a re-capture: the position of the enrolled original.
     original: Option<usize>,
+    /// A mirrored capture (of `original`).
+    mirrored: bool,
 }
 
 fn bar(show: bool, len: usize, what: &str) -> ProgressBar {
@@ -179,6 +194,7 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
         left: synthetic::eye(rng),
         right: synthetic::eye(rng),
         original: None,
+        mirrored: false,
     };
     let people: Vec<Probe> = (0..opts.people).map(|_| person(&mut rng)).collect();
     let mut report = DemoReport::default();
@@ -187,9 +203,10 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
     let enrolment = run_phase(&orb, &people, opts.concurrency, &enrol_bar).await?;
     let mut serial_of = vec![None; people.len()];
     for (i, r) in enrolment.iter().enumerate() {
+        report.false_mirror_flags += usize::from(r.mirror_attack);
         match ResultStatus::try_from(r.status) {
             Ok(ResultStatus::UniqueEnrolled) => serial_of[i] = Some(r.serial_id),
-            Ok(ResultStatus::Match) => report.false_matches += 1,
+            Ok(ResultStatus::Match | ResultStatus::MirrorAttack) => report.false_matches += 1,
             _ => return Err(format!("unexpected result for an enrolment: {}", r.detail).into()),
         }
     }
@@ -199,12 +216,25 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
         .collect();
     let mut probes = Vec::with_capacity(opts.probes);
     for k in 0..opts.probes {
-        if k % 2 == 1 && !enrolled.is_empty() {
+        if k % 10 == 4 && !enrolled.is_empty() {
+            // The enrolled person's eyes captured again, the image flipped: the left eye's
+            // code appears mirrored as the right eye's and the other way round.
+            let i = enrolled[(rng.next_u64() % enrolled.len() as u64) as usize];
+            probes.push(Probe {
+                left: synthetic::recapture(&mut rng, &people[i].right)
+                    .0
+                    .mirrored(),
+                right: synthetic::recapture(&mut rng, &people[i].left).0.mirrored(),
+                original: Some(i),
+                mirrored: true,
+            });
+        } else if k % 2 == 1 && !enrolled.is_empty() {
             let i = enrolled[(rng.next_u64() % enrolled.len() as u64) as usize];
             probes.push(Probe {
                 left: synthetic::recapture(&mut rng, &people[i].left).0,
                 right: synthetic::recapture(&mut rng, &people[i].right).0,
                 original: Some(i),
+                mirrored: false,
             });
         } else {
             probes.push(person(&mut rng));
@@ -214,6 +244,15 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
     let answers = run_phase(&orb, &probes, opts.concurrency, &probe_bar).await?;
     for (p, r) in probes.iter().zip(&answers) {
         let status = ResultStatus::try_from(r.status).unwrap_or(ResultStatus::Unspecified);
+        if p.mirrored {
+            report.mirrored_captures += 1;
+            report.mirror_attacks_flagged += usize::from(r.mirror_attack);
+            if status == ResultStatus::UniqueEnrolled {
+                report.false_non_matches += 1;
+            }
+            continue;
+        }
+        report.false_mirror_flags += usize::from(r.mirror_attack);
         match (p.original, status) {
             (Some(i), ResultStatus::Match) => {
                 report.recaptures += 1;

@@ -225,6 +225,7 @@ fn commit(c: &BatchCommit) {
                     or_policy: false,
                     batch_id: 0,
                     submitter: Vec::new(),
+                    or_serial_ids: Vec::new(),
                 };
                 eval.push(
                     crate::batch::plan::eval_request(id, &rec, StoredShares::build(|_| {}))

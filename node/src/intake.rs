@@ -11,6 +11,8 @@ use sdk_orb::envelope::{EnvelopeError, EnvelopeView};
 use sdk_orb::keys::NodeSecretKey;
 use sdk_orb::PartyId;
 
+pub mod or_rule;
+
 use crate::ids::{EnvelopeDigest, RequestId};
 use crate::shares::StoredShares;
 use crate::store::StoreError;

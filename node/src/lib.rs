@@ -30,6 +30,7 @@ pub mod matching;
 pub mod metrics;
 pub mod node;
 pub mod queue;
+pub mod recovery;
 pub mod server;
 pub mod shares;
 pub mod store;

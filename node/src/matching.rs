@@ -15,7 +15,9 @@ use std::time::Duration;
 use ocelli_mpc::network::ChannelTransport;
 use ocelli_mpc::pipeline::{self, PipelineConfig};
 use ocelli_mpc::randomness::{pair_seed, CorrelatedRandomness};
-use ocelli_mpc::requests::{comparisons, needs_mpc, outcomes, pipeline_requests, PublicRequest};
+use ocelli_mpc::requests::{
+    comparisons, needs_mpc, outcomes, pipeline_requests, MatchRules, PublicRequest,
+};
 use ocelli_mpc::session::Session;
 use ocelli_mpc::{DotEngine, EngineError};
 use rand_core::{OsRng, RngCore};
@@ -87,6 +89,56 @@ pub fn evaluator_for(
     }
 }
 
+/// This node's party id, its static X25519 secret (the HPKE key) and the three nodes' public
+/// keys from the bundle, checked to contain this node's key: the pairwise secrets of the MPC
+/// seeds and of the recovery pads.
+///
+/// # Errors
+/// Unreadable key files, a bundle of the wrong size, or a node key that does not match its
+/// entry in the bundle.
+pub fn node_x25519_keys(
+    config: &NodeConfig,
+) -> Result<
+    (
+        PartyId,
+        x25519_dalek::StaticSecret,
+        [x25519_dalek::PublicKey; 3],
+    ),
+    SetupError,
+> {
+    let party = PartyId::try_from(config.party_id).map_err(SetupError::Party)?;
+    let secret_bytes = crate::keys::read_key32(&config.keys.hpke_secret)?;
+    let secret = x25519_dalek::StaticSecret::from(*secret_bytes);
+    let bundle_path = config
+        .keys
+        .node_public_keys
+        .as_ref()
+        .ok_or(SetupError::NoBundle)?;
+    let bundle = std::fs::read(bundle_path).map_err(|source| SetupError::BundleIo {
+        path: bundle_path.clone(),
+        source,
+    })?;
+    let bundle: [u8; 96] = bundle
+        .as_slice()
+        .try_into()
+        .map_err(|_| SetupError::BundleSize {
+            path: bundle_path.clone(),
+            len: bundle.len(),
+        })?;
+    let public: [x25519_dalek::PublicKey; 3] = core::array::from_fn(|i| {
+        let mut k = [0u8; 32];
+        k.copy_from_slice(&bundle[32 * i..32 * (i + 1)]);
+        x25519_dalek::PublicKey::from(k)
+    });
+    if x25519_dalek::PublicKey::from(&secret) != public[party.index()] {
+        return Err(SetupError::NotThisNode {
+            path: bundle_path.clone(),
+            party: party.index(),
+        });
+    }
+    Ok((party, secret, public))
+}
+
 /// The three-party matching pipeline as a batch evaluator.
 pub struct MpcEvaluator {
     party: PartyId,
@@ -94,6 +146,7 @@ pub struct MpcEvaluator {
     public: [x25519_dalek::PublicKey; 3],
     engine: Box<dyn DotEngine>,
     pipeline: PipelineConfig,
+    rules: MatchRules,
     round_timeout: Duration,
 }
 
@@ -114,37 +167,7 @@ impl MpcEvaluator {
     /// Unreadable key files, a bundle of the wrong size, or a node key that does
     /// not match its entry in the bundle.
     pub fn new(config: &NodeConfig) -> Result<Self, SetupError> {
-        let party = PartyId::try_from(config.party_id).map_err(SetupError::Party)?;
-        let secret_bytes = crate::keys::read_key32(&config.keys.hpke_secret)?;
-        let secret = x25519_dalek::StaticSecret::from(*secret_bytes);
-        let bundle_path = config
-            .keys
-            .node_public_keys
-            .as_ref()
-            .ok_or(SetupError::NoBundle)?;
-        let bundle = std::fs::read(bundle_path).map_err(|source| SetupError::BundleIo {
-            path: bundle_path.clone(),
-            source,
-        })?;
-        let bundle: [u8; 96] =
-            bundle
-                .as_slice()
-                .try_into()
-                .map_err(|_| SetupError::BundleSize {
-                    path: bundle_path.clone(),
-                    len: bundle.len(),
-                })?;
-        let public: [x25519_dalek::PublicKey; 3] = core::array::from_fn(|i| {
-            let mut k = [0u8; 32];
-            k.copy_from_slice(&bundle[32 * i..32 * (i + 1)]);
-            x25519_dalek::PublicKey::from(k)
-        });
-        if x25519_dalek::PublicKey::from(&secret) != public[party.index()] {
-            return Err(SetupError::NotThisNode {
-                path: bundle_path.clone(),
-                party: party.index(),
-            });
-        }
+        let (party, secret, public) = node_x25519_keys(config)?;
         let m = &config.matching;
         let engine = ocelli_mpc::engine::build(m.engine, m.threads, &m.gpu_devices)?;
         let mut pipeline = PipelineConfig::with_threshold(m.threshold);
@@ -157,6 +180,10 @@ impl MpcEvaluator {
             public,
             engine,
             pipeline,
+            rules: MatchRules {
+                mirror: m.mirror_detection,
+                lookback: m.lookback,
+            },
             round_timeout: Duration::from_millis(m.round_timeout_ms),
         })
     }
@@ -245,7 +272,7 @@ impl BatchEvaluator for MpcEvaluator {
             .iter()
             .map(|r| r.shares.to_party_shares())
             .collect();
-        let pipeline_requests = pipeline_requests(&public, &shares, db.rows());
+        let pipeline_requests = pipeline_requests(&public, &shares, db.rows(), &self.rules);
         if !needs_mpc(&pipeline_requests) {
             let results = vec![Default::default(); requests.len()];
             return Ok(outcomes(&public, &pipeline_requests, results, db.rows()));

@@ -46,6 +46,21 @@ pub enum StartError {
     Listen(#[from] std::io::Error),
 }
 
+/// The store `config` names: redb in `data_dir`, or PostgreSQL where `store.url` is set.
+///
+/// # Errors
+/// The store cannot be opened.
+pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match &config.store.url {
+        None => Arc::new(RedbStore::open(&config.data_dir)?),
+        Some(url) => Arc::new(PgStore::open(&PgOptions {
+            url: url.clone(),
+            schema: config.store.schema.clone(),
+            pool_size: config.store.pool_size,
+        })?),
+    })
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -100,14 +115,7 @@ impl NodeState {
         config: NodeConfig,
         evaluator: Arc<dyn BatchEvaluator>,
     ) -> Result<Arc<Self>, StartError> {
-        let store: Arc<dyn Store> = match &config.store.url {
-            None => Arc::new(RedbStore::open(&config.data_dir)?),
-            Some(url) => Arc::new(PgStore::open(&PgOptions {
-                url: url.clone(),
-                schema: config.store.schema.clone(),
-                pool_size: config.store.pool_size,
-            })?),
-        };
+        let store = open_store(&config)?;
         Self::with_store(config, store, evaluator)
     }
 

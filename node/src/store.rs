@@ -75,6 +75,9 @@ pub struct RequestRecord {
     /// gateway (or a results consumer) reads its result here.
     #[prost(bytes = "vec", tag = "8")]
     pub submitter: Vec<u8>,
+    /// Serial ids the request is compared with under the OR rule (uniqueness requests).
+    #[prost(uint64, repeated, tag = "9")]
+    pub or_serial_ids: Vec<u64>,
 }
 
 impl RequestRecord {

@@ -177,6 +177,7 @@ async fn a_request_one_node_lacks_times_out_everywhere_and_results_stream() -> R
             .orb
             .submit(SubmitRequest {
                 envelope: e.clone(),
+                or_serial_ids: Vec::new(),
             })
             .await?;
     }
@@ -206,7 +207,10 @@ async fn a_request_one_node_lacks_times_out_everywhere_and_results_stream() -> R
     let st = c
         .client(2)
         .orb
-        .submit(SubmitRequest { envelope: e })
+        .submit(SubmitRequest {
+            envelope: e,
+            or_serial_ids: Vec::new(),
+        })
         .await
         .err()
         .ok_or("timed-out request accepted later")?;
@@ -299,7 +303,13 @@ async fn submit_concurrently(c: &Cluster, envs: &[Vec<u8>]) -> Res {
             let mut client = client.clone();
             let e = e.clone();
             tasks.push(tokio::spawn(async move {
-                client.orb.submit(SubmitRequest { envelope: e }).await
+                client
+                    .orb
+                    .submit(SubmitRequest {
+                        envelope: e,
+                        or_serial_ids: Vec::new(),
+                    })
+                    .await
             }));
         }
     }

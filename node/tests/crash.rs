@@ -153,6 +153,7 @@ async fn submit_until_held(client: &OrbClient, env: &[u8]) -> Res {
         let mut c = client.orb.clone();
         let attempt = c.submit(SubmitRequest {
             envelope: env.to_vec(),
+            or_serial_ids: Vec::new(),
         });
         match tokio::time::timeout(CALL_TIMEOUT, attempt).await {
             Ok(Ok(_)) => return Ok(()),
@@ -247,7 +248,11 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
                 let ev = env.clone();
                 let inflight = tokio::spawn(async move {
                     let mut c = cv.orb.clone();
-                    c.submit(SubmitRequest { envelope: ev }).await
+                    c.submit(SubmitRequest {
+                        envelope: ev,
+                        or_serial_ids: Vec::new(),
+                    })
+                    .await
                 });
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 nodes[victim].kill9()?;

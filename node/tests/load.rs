@@ -71,6 +71,7 @@ async fn run_load(n: usize, chunk: usize, in_flight: usize) -> Res {
                         .orb
                         .submit(SubmitRequest {
                             envelope: e.to_vec(),
+                            or_serial_ids: Vec::new(),
                         })
                         .await;
                     drop(permit);

@@ -246,6 +246,7 @@ async fn each_rejection_has_its_own_status_and_changes_nothing() -> Res {
                 .orb
                 .submit(shared_proto::v1::SubmitRequest {
                     envelope: env.clone(),
+                    or_serial_ids: Vec::new(),
                 })
                 .await
                 .err()
@@ -293,6 +294,7 @@ async fn replay_is_refused_after_a_restart() -> Res {
         .orb
         .submit(shared_proto::v1::SubmitRequest {
             envelope: pending.clone(),
+            or_serial_ids: Vec::new(),
         })
         .await?;
     c.restart_node(1).await?;
@@ -304,6 +306,7 @@ async fn replay_is_refused_after_a_restart() -> Res {
             .orb
             .submit(shared_proto::v1::SubmitRequest {
                 envelope: env.clone(),
+                or_serial_ids: Vec::new(),
             })
             .await
             .err()

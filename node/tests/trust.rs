@@ -183,6 +183,7 @@ async fn stranger_reads_nothing() -> Res {
             .orb
             .submit(SubmitRequest {
                 envelope: c.envelope(),
+                or_serial_ids: Vec::new(),
             })
             .await;
         assert_eq!(code(submitted), tonic::Code::Unauthenticated, "node {i}");
@@ -255,6 +256,7 @@ async fn gateway_reads_only_its_own_results() -> Res {
         .clone()
         .submit(SubmitRequest {
             envelope: c.envelope(),
+            or_serial_ids: Vec::new(),
         })
         .await;
     assert_eq!(code(refused), tonic::Code::PermissionDenied);
@@ -452,6 +454,7 @@ async fn a_request_party0_lacks_times_out_in_a_batch() -> Res {
             .orb
             .submit(SubmitRequest {
                 envelope: lacking.clone(),
+                or_serial_ids: Vec::new(),
             })
             .await?;
     }
@@ -529,6 +532,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
         .orb
         .submit(SubmitRequest {
             envelope: target.clone(),
+            or_serial_ids: Vec::new(),
         })
         .await?;
     let meta = c.state(2).store().meta()?;
@@ -547,6 +551,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
             kind: recorded_outcome::Kind::Match as i32,
             matched_serial_ids: vec![1],
             matched_earlier: Vec::new(),
+            mirror_attack: false,
         }],
         ..BatchCommit::default()
     };
@@ -578,6 +583,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
             .orb
             .submit(SubmitRequest {
                 envelope: target.clone(),
+                or_serial_ids: Vec::new(),
             })
             .await?;
     }
@@ -630,6 +636,7 @@ async fn forged_catch_up_is_refused() -> Res {
         kind: recorded_outcome::Kind::Match as i32,
         matched_serial_ids: vec![7],
         matched_earlier: Vec::new(),
+        mirror_attack: false,
     }];
     let held = c
         .state(2)
@@ -722,6 +729,7 @@ fn a_batch_at_the_largest_pass_succeeds() {
                 against_earlier: false,
                 candidate: false,
                 or_policy: false,
+                rules: Default::default(),
             })
             .collect();
         evaluate(s, &ocelli_mpc::engine::CpuEngine::new(), &m, &reqs, &config).map(|r| r.len())

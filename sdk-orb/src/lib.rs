@@ -12,7 +12,8 @@
 //!
 //! The pipeline, in module order: [`template`] (open-iris codec and validation), [`plaintext`]
 //! (masked bitvectors and fractional Hamming distance), [`rotation`], [`ring`] (GR(2^16,4)),
-//! [`layout`] (plain bit order to ring coefficients), [`shamir`] (degree-1 sharing for three
+//! [`layout`] (plain bit order to ring coefficients), [`mirror`] (the mirrored capture, on bits and
+//! on shares), [`shamir`] (degree-1 sharing for three
 //! parties), [`preprocess`] (node-side query preprocessing and the share dot product),
 //! [`keys`], [`envelope`] (sealing, signing, opening).
 #![no_std]
@@ -27,6 +28,7 @@ extern crate std;
 pub mod envelope;
 pub mod keys;
 pub mod layout;
+pub mod mirror;
 pub mod plaintext;
 pub mod preprocess;
 pub mod ring;

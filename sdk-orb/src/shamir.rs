@@ -250,6 +250,23 @@ pub fn share_eye<R: RngCore + CryptoRng>(
     mask.zeroize();
 }
 
+/// The degree-1 Lagrange coefficient of party `p`'s share for evaluating at `at` from the
+/// shares of `p` and `q`: `f(at) = l_p f(alpha_p) + l_q f(alpha_q)` with
+/// `l_p = (at - alpha_q) / (alpha_p - alpha_q)`. Differences of distinct evaluation points are
+/// units, so the inverse exists. `at = 0` reconstructs the secret; `at = alpha_r` gives the
+/// third party's share (node recovery).
+///
+/// # Panics
+/// If `p == q`.
+pub fn lagrange_coefficient(p: PartyId, q: PartyId, at: GaloisRingElement) -> GaloisRingElement {
+    assert_ne!(p, q);
+    let (ap, aq) = (EVALUATION_POINTS[p.index()], EVALUATION_POINTS[q.index()]);
+    let inverse = (ap - aq)
+        .inverse_vartime()
+        .unwrap_or(GaloisRingElement::ZERO);
+    (at - aq) * inverse
+}
+
 /// Reconstructs plain coefficients (basis A) from the shares of two distinct parties.
 /// For tests and auditors: a node never holds two shares.
 ///
@@ -262,12 +279,8 @@ pub fn reconstruct(
 ) {
     assert_ne!(p, q);
     assert!(share_p.len() == out.len() && share_q.len() == out.len() && out.len() % 4 == 0);
-    let (ap, aq) = (EVALUATION_POINTS[p.index()], EVALUATION_POINTS[q.index()]);
-    // f(0) = mu_p f(a_p) + mu_q f(a_q), mu_p = a_q / (a_q - a_p), mu_q = a_p / (a_p - a_q).
-    // Differences of distinct evaluation points are units, so the inverses exist.
-    let inv = |e: GaloisRingElement| e.inverse_vartime().unwrap_or(GaloisRingElement::ZERO);
-    let mu_p = aq * inv(aq - ap);
-    let mu_q = ap * inv(ap - aq);
+    let mu_p = lagrange_coefficient(p, q, GaloisRingElement::ZERO);
+    let mu_q = lagrange_coefficient(q, p, GaloisRingElement::ZERO);
     for ((o, sp), sq) in out
         .chunks_exact_mut(4)
         .zip(share_p.chunks_exact(4))

@@ -398,6 +398,16 @@ impl IrisTemplate {
             version: self.version.clone(),
         }
     }
+
+    /// The template of the mirrored image ([`crate::mirror`]): columns reversed within each
+    /// half, imaginary code bits inverted, mask permuted alike. Mirroring preserves validity.
+    pub fn mirrored(&self) -> IrisTemplate {
+        IrisTemplate {
+            code: crate::mirror::mirror_bits(&self.code, true),
+            mask: crate::mirror::mirror_bits(&self.mask, false),
+            version: self.version.clone(),
+        }
+    }
 }
 
 /// A uniformly random code whose mask hides each (real, imaginary) pair independently with

@@ -11,7 +11,7 @@ use ocelli_mpc::engine::CpuEngine;
 use ocelli_mpc::local::run_three_seeded;
 use ocelli_mpc::pipeline::{evaluate, PipelineConfig};
 use ocelli_mpc::requests::{
-    outcomes, pipeline_requests, Outcome as NodeOutcome, PublicRequest, SerialId,
+    outcomes, pipeline_requests, MatchRules, Outcome as NodeOutcome, PublicRequest, SerialId,
 };
 use ocelli_mpc::MatchDb;
 use sdk_orb::plaintext::dot_products;
@@ -140,6 +140,8 @@ fn outcome_of(o: &NodeOutcome) -> Result<Outcome, String> {
         NodeOutcome::Reauth(m) => Outcome::Reauth(*m),
         NodeOutcome::Apply => Outcome::Apply,
         NodeOutcome::NotEvaluated => return Err("the node did not evaluate a request".into()),
+        // The vectors pin the plain rules; mirror detection is off in their replay.
+        NodeOutcome::MirrorAttack { .. } => return Err("mirror detection is off here".into()),
     })
 }
 
@@ -185,6 +187,7 @@ fn run_nodes(batch: &Batch) -> Result<Vec<Outcome>, String> {
             request_type: q.kind.sdk(),
             serial_id: SerialId(q.serial_id),
             or_policy: q.or_policy,
+            or_serial_ids: Vec::new(),
         })
         .collect();
     let mut shares: Vec<Vec<Box<PartyShares>>> = (0..PARTIES).map(|_| Vec::new()).collect();
@@ -203,7 +206,7 @@ fn run_nodes(batch: &Batch) -> Result<Vec<Outcome>, String> {
     let engine = CpuEngine::new();
     let out = run_three_seeded(&batch.prf_seeds, |s| {
         let i = s.party().index();
-        let pipeline = pipeline_requests(&public, &shares[i], &dbs[i]);
+        let pipeline = pipeline_requests(&public, &shares[i], &dbs[i], &MatchRules::default());
         let results = evaluate(s, &engine, &dbs[i], &pipeline, &config)
             .map_err(|e| format!("party {i}: {e}"))?;
         Ok::<_, String>(outcomes(&public, &pipeline, results, &dbs[i]))

@@ -20,7 +20,7 @@ use crate::db::MatchDb;
 use crate::dot::DotEngine;
 use crate::engine::{mac_peak, CpuEngine, Kernel};
 use crate::local::{additive_u16, run_three};
-use crate::pipeline::{evaluate, PipelineConfig, PipelineRequest, Target};
+use crate::pipeline::{evaluate, PairRules, PipelineConfig, PipelineRequest, Target};
 use crate::process::{cpu_seconds, resident_bytes};
 use crate::synthetic;
 
@@ -80,6 +80,11 @@ pub struct BenchReport {
     pub resident_bytes_per_enrolled: Option<f64>,
     /// Bytes each party sends per comparison in the pipeline.
     pub bytes_per_comparison: f64,
+    /// The same batch with mirror-attack detection: time over the time without it (the
+    /// mirrored query doubles the database comparisons and adds the per-request OR).
+    pub mirror_time_factor: f64,
+    /// Protocol rounds of the batch without and with mirror-attack detection.
+    pub rounds: (u64, u64),
 }
 
 impl std::fmt::Display for BenchReport {
@@ -140,10 +145,15 @@ impl std::fmt::Display for BenchReport {
                 MEMORY_PEOPLE
             )?;
         }
-        write!(
+        writeln!(
             f,
             "  sent per comparison {:>9.1} bytes per party",
             self.bytes_per_comparison
+        )?;
+        write!(
+            f,
+            "  mirror detection    {:>9.2} x the batch time; rounds {} -> {}",
+            self.mirror_time_factor, self.rounds.0, self.rounds.1
         )
     }
 }
@@ -250,23 +260,33 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
             db
         })
         .collect();
-    let (results, pipeline_seconds) = measure(|| {
-        run_three(2, |s| {
-            let i = s.party().index();
-            let db = &dbs[i];
-            let requests: Vec<PipelineRequest<'_>> = shares[n..]
-                .iter()
-                .map(|person| PipelineRequest {
-                    shares: &person[i],
-                    target: Target::Database,
-                    against_earlier: false,
-                    candidate: false,
-                    or_policy: false,
-                })
-                .collect();
-            evaluate(s, &engines[i], db, &requests, &pipeline_config).expect("in-memory network")
+    let batch = |mirror: bool| {
+        measure(|| {
+            run_three(2, |s| {
+                let i = s.party().index();
+                let db = &dbs[i];
+                let requests: Vec<PipelineRequest<'_>> = shares[n..]
+                    .iter()
+                    .map(|person| PipelineRequest {
+                        shares: &person[i],
+                        target: Target::Database,
+                        against_earlier: false,
+                        candidate: false,
+                        or_policy: false,
+                        rules: PairRules {
+                            mirror,
+                            ..PairRules::default()
+                        },
+                    })
+                    .collect();
+                evaluate(s, &engines[i], db, &requests, &pipeline_config)
+                    .expect("in-memory network")
+            })
         })
-    });
+    };
+    let (results, pipeline_seconds) = batch(false);
+    progress("whole pipeline with mirror-attack detection");
+    let (mirror_results, mirror_seconds) = batch(true);
     let pipeline_comparisons = 2 * rows * n;
     let pipeline_rate = pipeline_comparisons as f64 / (pipeline_seconds / 3.0);
     let bytes = results[0].1.bytes_sent as f64 / pipeline_comparisons as f64;
@@ -298,5 +318,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         clock_hz: clock,
         plaintext_over_pipeline: plain_rate / pipeline_rate,
         bytes_per_comparison: bytes,
+        mirror_time_factor: mirror_seconds / pipeline_seconds,
+        rounds: (results[0].1.rounds, mirror_results[0].1.rounds),
     }
 }

@@ -35,6 +35,7 @@ pub mod network;
 pub mod pipeline;
 pub mod process;
 pub mod randomness;
+pub mod recovery;
 pub mod requests;
 pub mod session;
 pub mod share;

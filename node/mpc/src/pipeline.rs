@@ -9,9 +9,15 @@
 //! comparison-phase run, so its rounds carry the whole pass.
 //!
 //! Opened values: in the default mode, one bit per (request, target) pair; in the
-//! privacy-max mode only one bit per request, the OR over all its targets.
+//! privacy-max mode only one bit per request, the OR over all its targets. A request with
+//! mirror detection also has its mirrored query ([`sdk_orb::mirror`]) compared with the
+//! database; of those pairs only one bit per request is opened, their OR, after the last pass.
+//!
+//! The eye rule is public per pair ([`PairRules`]): AND by default, OR for an OR-policy request,
+//! for the most recent database rows (lookback) and for rows the request names.
 
 mod query;
+mod reduce;
 
 use sdk_orb::plaintext::threshold_coefficient;
 use sdk_orb::shamir::PartyShares;
@@ -20,12 +26,12 @@ use sdk_orb::{CODE_COEFS, MASK_COEFS};
 pub use query::PreparedQuery;
 
 use crate::bits::{plane_to_bits, words_for};
-use crate::compare::{match_bits, or, or_blocks};
 use crate::db::{MatchDb, Part};
 use crate::dot::DotEngine;
 use crate::network::{NetworkError, Transport};
 use crate::session::Session;
 use crate::share::Replicated;
+use reduce::run_pass;
 use sdk_orb::rotation::ROTATION_COUNT;
 
 /// What a request is matched against.
@@ -52,6 +58,39 @@ pub struct PipelineRequest<'a> {
     pub candidate: bool,
     /// Either eye suffices.
     pub or_policy: bool,
+    /// Which further pairs use the OR rule, and mirror detection.
+    pub rules: PairRules,
+}
+
+/// Per-request pair rules beyond the request's own eye policy. All public: they only decide
+/// which pairs are compared and which eye rule each pair uses, so they cost no extra round.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PairRules {
+    /// Also compare the mirrored query with the database and open whether any pair matched.
+    pub mirror: bool,
+    /// Database rows from this index on use the OR rule (the lookback window).
+    pub or_from_row: Option<usize>,
+    /// Further database rows that use the OR rule, sorted (named by the request).
+    pub or_rows: Vec<usize>,
+    /// The batch's earlier enrolment candidates use the OR rule (they are the most recent).
+    pub or_earlier: bool,
+}
+
+impl PipelineRequest<'_> {
+    /// Whether the pair against `against` uses the OR rule. Mirrored pairs keep the request's
+    /// own policy: the lookback window is about re-enrolment with one eye replaced, not about
+    /// mirrored captures.
+    fn or_rule(&self, against: Against) -> bool {
+        self.or_policy
+            || match against {
+                Against::Entry(d) => {
+                    self.rules.or_from_row.is_some_and(|from| d >= from)
+                        || self.rules.or_rows.binary_search(&d).is_ok()
+                }
+                Against::Earlier(_) => self.rules.or_earlier,
+                Against::Mirror => false,
+            }
+    }
 }
 
 /// Pipeline settings; identical on the three nodes.
@@ -104,10 +143,11 @@ impl PipelineConfig {
     /// The most pairs one pass compares in a batch of at most `max_batch` requests: the first
     /// pass (each request against the earlier ones and one entry, `B (B + 1) / 2`) or a
     /// database pass (`max_pass_comparisons / 62` pairs, but at least one entry for every
-    /// scanning request).
+    /// scanning query, a mirrored one included).
     pub fn largest_pass_pairs(&self, max_batch: usize) -> usize {
         let first = max_batch.saturating_mul(max_batch.saturating_add(1)) / 2;
-        let scan = (self.max_pass_comparisons / (ROTATION_COUNT * 2)).max(max_batch);
+        let scan =
+            (self.max_pass_comparisons / (ROTATION_COUNT * 2)).max(max_batch.saturating_mul(2));
         first.max(scan)
     }
 
@@ -128,6 +168,8 @@ pub struct MatchResult {
     pub entries: Vec<usize>,
     /// Matching earlier requests of the batch, by index (empty in the privacy-max mode).
     pub earlier: Vec<usize>,
+    /// Whether the mirrored query matched any database entry (mirror detection only).
+    pub mirror: bool,
 }
 
 /// One compared pair: request `request` against a database entry or an earlier request.
@@ -135,6 +177,8 @@ pub struct MatchResult {
 enum Against {
     Entry(usize),
     Earlier(usize),
+    /// A database entry against the request's mirrored query.
+    Mirror,
 }
 
 /// Per-pass accumulation of additive `(cd, md)` shares in the layout
@@ -196,8 +240,16 @@ pub fn evaluate<T: Transport>(
                 .then(|| PreparedQuery::new(party, r.shares))
         })
         .collect();
+    let mirrored: Vec<Option<PreparedQuery>> = requests
+        .iter()
+        .map(|r| {
+            (r.rules.mirror && r.target == Target::Database)
+                .then(|| PreparedQuery::mirrored(party, r.shares))
+        })
+        .collect();
     let mut results = vec![MatchResult::default(); requests.len()];
-    let mut any_shared = Replicated::zeros(words_for(requests.len()));
+    // [request][..] OR accumulators: the plain pairs (privacy-max), then the mirrored pairs.
+    let mut any_shared = Replicated::zeros(2 * words_for(requests.len()));
 
     if let Some(pass) = batch_pass(engine, db, requests, &prepared) {
         run_pass(
@@ -209,11 +261,17 @@ pub fn evaluate<T: Transport>(
             &mut any_shared,
         )?;
     }
-    let scanning: Vec<usize> = (0..requests.len())
+    let mut scanning: Vec<(usize, bool)> = (0..requests.len())
         .filter(|&j| requests[j].target == Target::Database)
+        .map(|j| (j, false))
         .collect();
+    scanning.extend(
+        (0..requests.len())
+            .filter(|&j| mirrored[j].is_some())
+            .map(|j| (j, true)),
+    );
     if !scanning.is_empty() && !db.is_empty() {
-        let queries = ScanQueries::new(&scanning, &prepared);
+        let queries = ScanQueries::new(&scanning, &prepared, &mirrored);
         let per_entry = scanning.len() * ROTATION_COUNT * 2;
         let chunk = config
             .chunk_entries
@@ -232,13 +290,23 @@ pub fn evaluate<T: Transport>(
         }
     }
 
-    if config.privacy_max {
-        let opened = session.open_bits(&any_shared)?;
-        for (j, any) in plane_to_bits(&opened, requests.len())
-            .into_iter()
-            .enumerate()
-        {
-            results[j].any = any;
+    let rw = words_for(requests.len());
+    let any_mirror = mirrored.iter().any(Option::is_some);
+    if config.privacy_max || any_mirror {
+        // One round: in the default mode only the mirror half is opened.
+        let half = if config.privacy_max {
+            0..2 * rw
+        } else {
+            rw..2 * rw
+        };
+        let opened = session.open_bits(&any_shared.slice(half.clone()))?;
+        let bits = plane_to_bits(&opened, (half.end - half.start) * 64);
+        let base = if config.privacy_max { 0 } else { rw * 64 };
+        for (j, r) in results.iter_mut().enumerate() {
+            if config.privacy_max {
+                r.any = bits[j];
+            }
+            r.mirror = bits[rw * 64 + j - base];
         }
     }
     Ok(results)
@@ -347,23 +415,27 @@ fn batch_pass(
 /// The database-scanning requests' prepared vectors, one contiguous matrix per eye and part
 /// (`[request][rotation]` rows), so one engine call covers them all.
 struct ScanQueries<'a> {
-    scanning: &'a [usize],
+    /// `(request, mirrored)`: the request's query or its mirrored query.
+    scanning: &'a [(usize, bool)],
     codes: [Vec<u16>; 2],
     masks: [Vec<u16>; 2],
 }
 
 impl<'a> ScanQueries<'a> {
-    fn new(scanning: &'a [usize], prepared: &[Option<PreparedQuery>]) -> ScanQueries<'a> {
+    fn new(
+        scanning: &'a [(usize, bool)],
+        prepared: &[Option<PreparedQuery>],
+        mirrored: &[Option<PreparedQuery>],
+    ) -> ScanQueries<'a> {
         let rows = scanning.len() * ROTATION_COUNT;
         let mut codes = [Vec::new(), Vec::new()];
         let mut masks = [Vec::new(), Vec::new()];
         for eye in 0..2 {
             codes[eye].reserve(rows * CODE_COEFS);
             masks[eye].reserve(rows * MASK_COEFS);
-            for &j in scanning {
-                let q = prepared[j]
-                    .as_ref()
-                    .expect("prepared for every matching request");
+            for &(j, mirror) in scanning {
+                let q = if mirror { &mirrored[j] } else { &prepared[j] };
+                let q = q.as_ref().expect("prepared for every matching request");
                 codes[eye].extend_from_slice(q.codes(eye));
                 masks[eye].extend_from_slice(q.masks(eye));
             }
@@ -387,7 +459,18 @@ fn database_pass(
     let pairs = queries
         .scanning
         .iter()
-        .flat_map(|&j| rows.clone().map(move |d| (j, Against::Entry(d))))
+        .flat_map(|&(j, mirror)| {
+            rows.clone().map(move |d| {
+                (
+                    j,
+                    if mirror {
+                        Against::Mirror
+                    } else {
+                        Against::Entry(d)
+                    },
+                )
+            })
+        })
         .collect();
     let mut pass = PassInputs::new(pairs);
     let query_rows = queries.scanning.len() * ROTATION_COUNT;
@@ -423,84 +506,6 @@ fn database_pass(
         }
     }
     pass
-}
-
-/// One comparison-phase run: match bits, OR over rotations, eye policy, then opening (or
-/// folding into the per-request OR in the privacy-max mode).
-fn run_pass<T: Transport>(
-    session: &mut Session<'_, T>,
-    pass: PassInputs,
-    requests: &[PipelineRequest<'_>],
-    config: &PipelineConfig,
-    results: &mut [MatchResult],
-    any_shared: &mut Replicated<u64>,
-) -> Result<(), NetworkError> {
-    let w = pass.padded / 64;
-    let bits = match_bits(session, &pass.cd, &pass.md, config.threshold_a)?;
-    // [rotation][eye][pair] -> [eye][pair]
-    let per_eye = or_blocks(session, &bits, ROTATION_COUNT)?;
-    let left = per_eye.slice(0..w);
-    let right = per_eye.slice(w..2 * w);
-    let both = session.and(&left, &right)?;
-    // OR policy: l ^ r ^ (l & r); the policy mask is public, so masking is local.
-    let mut policy = vec![0u64; w];
-    for (p, &(j, _)) in pass.pairs.iter().enumerate() {
-        if requests[j].or_policy {
-            policy[p / 64] |= 1 << (p % 64);
-        }
-    }
-    let person = both.xor(&left.xor(&right).and_public(&policy));
-
-    if config.privacy_max {
-        // Gather each request's pairs into slots [slot][request] and OR over slots.
-        let n = requests.len();
-        let rw = words_for(n);
-        let mut slots_of = vec![0usize; n];
-        let mut slot_pairs: Vec<Vec<Option<usize>>> = Vec::new();
-        for (p, &(j, _)) in pass.pairs.iter().enumerate() {
-            let slot = slots_of[j];
-            slots_of[j] += 1;
-            if slot_pairs.len() <= slot {
-                slot_pairs.push(vec![None; rw * 64]);
-            }
-            slot_pairs[slot][j] = Some(p);
-        }
-        let positions: Vec<Option<usize>> = slot_pairs.into_iter().flatten().collect();
-        let gathered = gather_bits(&person, &positions);
-        let per_request = or_blocks(session, &gathered, positions.len() / (rw * 64))?;
-        *any_shared = or(session, any_shared, &per_request)?;
-    } else {
-        let opened = session.open_bits(&person)?;
-        for (p, bit) in plane_to_bits(&opened, pass.pairs.len())
-            .into_iter()
-            .enumerate()
-        {
-            if bit {
-                let (j, against) = pass.pairs[p];
-                results[j].any = true;
-                match against {
-                    Against::Entry(d) => results[j].entries.push(d),
-                    Against::Earlier(k) => results[j].earlier.push(k),
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A new shared bit vector whose bit `i` is bit `positions[i]` of `x` (or a shared zero).
-/// Local: every party permutes its components the same way.
-fn gather_bits(x: &Replicated<u64>, positions: &[Option<usize>]) -> Replicated<u64> {
-    let pick = |words: &[u64]| -> Vec<u64> {
-        let mut out = vec![0u64; words_for(positions.len())];
-        for (i, p) in positions.iter().enumerate() {
-            if let Some(p) = p {
-                out[i / 64] |= ((words[p / 64] >> (p % 64)) & 1) << (i % 64);
-            }
-        }
-        out
-    };
-    Replicated::new(pick(&x.own), pick(&x.prev))
 }
 
 #[cfg(test)]

@@ -8,14 +8,14 @@ use sdk_orb::shamir::PartyShares;
 use sdk_orb::RequestType;
 
 use crate::db::MatchDb;
-use crate::pipeline::{MatchResult, PipelineRequest, Target};
+use crate::pipeline::{MatchResult, PairRules, PipelineRequest, Target};
 
 /// An enrolment serial id (assigned identically by the three nodes, from 1).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct SerialId(pub u64);
 
 /// What the three parties know of a request in the clear.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PublicRequest {
     /// Request type.
     pub request_type: RequestType,
@@ -23,6 +23,17 @@ pub struct PublicRequest {
     pub serial_id: SerialId,
     /// Either eye suffices for a match.
     pub or_policy: bool,
+    /// Enrolled serial ids this uniqueness request is compared with under the OR rule.
+    pub or_serial_ids: Vec<SerialId>,
+}
+
+/// Node-wide matching rules; identical on the three nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MatchRules {
+    /// Mirror-attack detection for uniqueness requests and checks.
+    pub mirror: bool,
+    /// The N most recently enrolled people are compared under the OR rule (0: off).
+    pub lookback: usize,
 }
 
 /// What was decided for one request.
@@ -41,10 +52,39 @@ pub enum Outcome {
         /// Matched earlier requests of the batch.
         earlier: Vec<usize>,
     },
+    /// The mirrored query matched an enrolled entry: never enrolled. `matched` says whether the
+    /// plain query matched too (then `entries` and `earlier` as for [`Outcome::Match`]).
+    MirrorAttack {
+        /// The plain query matched as well.
+        matched: bool,
+        /// Matched enrolled entries (plain query).
+        entries: Vec<SerialId>,
+        /// Matched earlier requests of the batch (plain query).
+        earlier: Vec<usize>,
+    },
     /// Re-authentication matched / did not match.
     Reauth(bool),
     /// Carry out a deletion or reset.
     Apply,
+}
+
+/// The pair rules of a uniqueness request or check: mirror detection, the lookback window
+/// (the last `lookback` rows, and the batch's earlier candidates, which are more recent still)
+/// and the rows of the serial ids it names (ids no longer enrolled name nothing).
+fn pair_rules(r: &PublicRequest, db: &MatchDb, rules: &MatchRules) -> PairRules {
+    let mut or_rows: Vec<usize> = r
+        .or_serial_ids
+        .iter()
+        .filter_map(|s| db.row_of(s.0))
+        .collect();
+    or_rows.sort_unstable();
+    or_rows.dedup();
+    PairRules {
+        mirror: rules.mirror,
+        or_from_row: (rules.lookback > 0).then(|| db.len().saturating_sub(rules.lookback)),
+        or_rows,
+        or_earlier: rules.lookback > 0,
+    }
 }
 
 /// What a request of each type is matched against: `(target, against earlier candidates,
@@ -66,6 +106,8 @@ fn role(r: &PublicRequest, db: &MatchDb) -> (Target, bool, bool) {
 /// and the batch's earlier uniqueness requests, and are enrolment candidates themselves;
 /// uniqueness checks likewise but are never candidates; a re-authentication against its
 /// serial id's row (nothing if it is not enrolled); deletions and resets against nothing.
+/// Uniqueness requests and checks get the node's `rules` (mirror detection, lookback) and
+/// their own named OR-rule serial ids.
 ///
 /// # Panics
 /// If `shares` and `requests` differ in length.
@@ -73,6 +115,7 @@ pub fn pipeline_requests<'a>(
     requests: &[PublicRequest],
     shares: &'a [Box<PartyShares>],
     db: &MatchDb,
+    rules: &MatchRules,
 ) -> Vec<PipelineRequest<'a>> {
     assert_eq!(requests.len(), shares.len());
     requests
@@ -80,12 +123,17 @@ pub fn pipeline_requests<'a>(
         .zip(shares)
         .map(|(r, s)| {
             let (target, against_earlier, candidate) = role(r, db);
+            let rules = match r.request_type {
+                RequestType::Uniqueness | RequestType::UniquenessCheck => pair_rules(r, db, rules),
+                _ => PairRules::default(),
+            };
             PipelineRequest {
                 shares: s,
                 target,
                 against_earlier,
                 candidate,
                 or_policy: r.or_policy,
+                rules,
             }
         })
         .collect()
@@ -111,6 +159,13 @@ pub fn outcomes(
         .zip(results)
         .zip(pipeline_requests)
         .map(|((r, m), p)| match r.request_type {
+            RequestType::Uniqueness | RequestType::UniquenessCheck if m.mirror => {
+                Outcome::MirrorAttack {
+                    matched: m.any,
+                    entries: m.entries.iter().map(|&row| serial_of(row)).collect(),
+                    earlier: m.earlier,
+                }
+            }
             RequestType::Uniqueness | RequestType::UniquenessCheck if m.any => Outcome::Match {
                 entries: m.entries.iter().map(|&row| serial_of(row)).collect(),
                 earlier: m.earlier,
@@ -135,6 +190,7 @@ pub fn comparisons(requests: &[PipelineRequest<'_>], db_len: usize) -> u64 {
     let mut pairs = 0usize;
     for (j, r) in requests.iter().enumerate() {
         pairs += match r.target {
+            Target::Database if r.rules.mirror => 2 * db_len,
             Target::Database => db_len,
             Target::Entry(_) => 1,
             Target::Nothing => 0,

@@ -441,6 +441,7 @@ pub fn status_label(status: i32) -> &'static str {
         Ok(ResultStatus::UnknownSerialId) => "unknown_serial_id",
         Ok(ResultStatus::DigestMismatch) => "digest_mismatch",
         Ok(ResultStatus::Unopenable) => "unopenable",
+        Ok(ResultStatus::MirrorAttack) => "mirror_attack",
         _ => "unspecified",
     }
 }

@@ -34,6 +34,7 @@ pub(crate) fn result(
         serial_id: 0,
         matched_serial_ids: Vec::new(),
         detail: detail.to_owned(),
+        mirror_attack: false,
     }
 }
 
@@ -87,6 +88,7 @@ pub(crate) fn eval_request(
         request_type: rec.request_type()?,
         serial_id: SerialId(rec.serial_id),
         or_policy: rec.or_policy,
+        or_serial_ids: rec.or_serial_ids.iter().map(|&s| SerialId(s)).collect(),
         shares,
     })
 }
@@ -199,6 +201,33 @@ pub(crate) fn plan(
                 .to_owned();
                 r.matched_serial_ids = ids;
             }
+            (
+                T::Uniqueness | T::UniquenessCheck,
+                Outcome::MirrorAttack {
+                    matched,
+                    entries,
+                    earlier,
+                },
+            ) => {
+                r.mirror_attack = true;
+                r.status = if matched {
+                    ResultStatus::Match
+                } else {
+                    ResultStatus::MirrorAttack
+                } as i32;
+                let mut ids: Vec<u64> = entries.iter().map(|s| s.0).collect();
+                ids.extend(
+                    earlier
+                        .iter()
+                        .filter_map(|k| enrolled_at.get(k))
+                        .map(|s| s.0),
+                );
+                ids.sort_unstable();
+                ids.dedup();
+                r.matched_serial_ids = ids;
+                r.detail =
+                    "the mirrored capture matched an enrolled person; not enrolled".to_owned();
+            }
             (T::Reauth, _) if !present => {
                 r.serial_id = target.0;
                 r.status = ResultStatus::UnknownSerialId as i32;
@@ -292,7 +321,17 @@ pub(crate) fn plan(
 
 /// The recorded form of an outcome (batch log, replays).
 pub(crate) fn record_outcome(o: &Outcome) -> RecordedOutcome {
+    let mut mirror_attack = false;
     let (kind, entries, earlier): (Kind, &[SerialId], &[usize]) = match o {
+        Outcome::MirrorAttack {
+            matched,
+            entries,
+            earlier,
+        } => {
+            mirror_attack = true;
+            let kind = if *matched { Kind::Match } else { Kind::Unique };
+            (kind, entries, earlier)
+        }
         Outcome::NotEvaluated => (Kind::NotEvaluated, &[], &[]),
         Outcome::Unique => (Kind::Unique, &[], &[]),
         Outcome::Match { entries, earlier } => (Kind::Match, entries, earlier),
@@ -307,12 +346,21 @@ pub(crate) fn record_outcome(o: &Outcome) -> RecordedOutcome {
             .iter()
             .map(|&k| u32::try_from(k).unwrap_or(u32::MAX))
             .collect(),
+        mirror_attack,
     }
 }
 
 /// An outcome from its recorded form; an unknown kind is "not evaluated".
 pub(crate) fn outcome_from_record(r: &RecordedOutcome) -> Outcome {
-    match Kind::try_from(r.kind).unwrap_or(Kind::Unspecified) {
+    let kind = Kind::try_from(r.kind).unwrap_or(Kind::Unspecified);
+    if r.mirror_attack && matches!(kind, Kind::Unique | Kind::Match) {
+        return Outcome::MirrorAttack {
+            matched: kind == Kind::Match,
+            entries: r.matched_serial_ids.iter().map(|&s| SerialId(s)).collect(),
+            earlier: r.matched_earlier.iter().map(|&k| k as usize).collect(),
+        };
+    }
+    match kind {
         Kind::Unique => Outcome::Unique,
         Kind::Match => Outcome::Match {
             entries: r.matched_serial_ids.iter().map(|&s| SerialId(s)).collect(),
@@ -335,6 +383,7 @@ fn placeholder_record(digest: &[u8]) -> RequestRecord {
         or_policy: false,
         batch_id: 0,
         submitter: Vec::new(),
+        or_serial_ids: Vec::new(),
     }
 }
 

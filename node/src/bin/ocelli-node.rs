@@ -102,6 +102,10 @@ enum Command {
         /// A match of either eye suffices.
         #[arg(long)]
         or_policy: bool,
+        /// An enrolled serial id to compare with under the OR rule (uniqueness requests and
+        /// checks; repeat, at most 64).
+        #[arg(long = "or-serial-id")]
+        or_serial_ids: Vec<u64>,
     },
     /// Measure the matching pipeline: dot products, comparisons, the whole
     /// pipeline, a plaintext matcher and the multiply-add peak, in one run.
@@ -130,6 +134,15 @@ enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+    },
+    /// Recover this node's lost store from the two other nodes (which must be running): its
+    /// shares (each helper sends a masked Lagrange term; only this node learns its share),
+    /// the enrolled serial ids and the counters. The store must be empty; run with the node
+    /// stopped, then start it with `serve`.
+    Recover {
+        /// The node's TOML config file.
+        #[arg(long)]
+        config: PathBuf,
     },
     /// Run a node.
     Serve {
@@ -340,7 +353,18 @@ fn main() -> ExitCode {
             request_type,
             serial_id,
             or_policy,
-        } => run_async(submit(dir, left, right, request_type, serial_id, or_policy)),
+            mut or_serial_ids,
+        } => {
+            or_serial_ids.sort_unstable();
+            or_serial_ids.dedup();
+            let request = SubmitArgs {
+                request_type,
+                serial_id,
+                or_policy,
+                or_serial_ids,
+            };
+            run_async(submit(dir, left, right, request))
+        }
         Command::Bench {
             db,
             queries,
@@ -386,6 +410,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Recover { config } => run_async(recover(config)),
         Command::Serve { config, json_logs } => {
             init_logging(json_logs);
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -419,14 +444,26 @@ fn init_quiet_logging() {
         .init();
 }
 
+/// What `submit` asks besides the two templates.
+struct SubmitArgs {
+    request_type: sdk_orb::RequestType,
+    serial_id: Option<u64>,
+    or_policy: bool,
+    or_serial_ids: Vec<u64>,
+}
+
 async fn submit(
     dir: PathBuf,
     left: PathBuf,
     right: PathBuf,
-    request_type: sdk_orb::RequestType,
-    serial_id: Option<u64>,
-    or_policy: bool,
+    args: SubmitArgs,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let SubmitArgs {
+        request_type,
+        serial_id,
+        or_policy,
+        or_serial_ids,
+    } = args;
     let policy = sdk_orb::TemplatePolicy::default();
     let load = |path: &PathBuf| -> Result<sdk_orb::IrisTemplate, TemplateFileError> {
         let bytes = std::fs::read(path).map_err(|source| TemplateFileError::Io {
@@ -451,7 +488,7 @@ async fn submit(
         or_policy,
     };
     let envelope = orb.envelope(&mut rand_core::OsRng, &meta, &left, &right)?;
-    orb.submit(&envelope).await?;
+    orb.submit_naming(&envelope, &or_serial_ids).await?;
     let result = orb
         .result(&meta.request_id, std::time::Duration::from_secs(600))
         .await?;
@@ -463,10 +500,26 @@ async fn submit(
         "request_id": meta.request_id.to_string(),
         "decision": ocelli_node::agreement::status_label(result.status),
         "matched_serial_ids": result.matched_serial_ids,
+        "mirror_attack": result.mirror_attack,
         "enrolled_serial_id": enrolled,
         "serial_id": (result.serial_id != 0).then_some(result.serial_id),
         "detail": result.detail,
         "batch_id": result.batch_id,
+    });
+    println!("{out}");
+    Ok(())
+}
+
+async fn recover(path: PathBuf) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let cfg = NodeConfig::load(&path)?;
+    let r = ocelli_node::recovery::recover(&cfg).await?;
+    let out = serde_json::json!({
+        "party": cfg.party_id,
+        "entries": r.entries,
+        "last_applied_batch": r.last_applied_batch,
+        "next_serial_id": r.next_serial,
+        "bytes_per_helper": r.bytes_per_helper,
+        "seconds": r.seconds,
     });
     println!("{out}");
     Ok(())

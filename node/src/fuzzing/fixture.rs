@@ -288,6 +288,7 @@ pub fn submit_input(envelope: &[u8]) -> Vec<u8> {
         orb_tag::SUBMIT,
         &SubmitRequest {
             envelope: envelope.to_vec(),
+            or_serial_ids: Vec::new(),
         },
     )
 }

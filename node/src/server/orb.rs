@@ -15,7 +15,7 @@ use shared_proto::v1::{
 use tokio::sync::{broadcast, Semaphore};
 use tonic::{Request, Response, Status};
 
-use crate::ids::RequestId;
+use crate::ids::{RequestId, SerialId};
 use crate::intake::{RejectReason, Rejection};
 use crate::node::{now_ms, NodeState};
 use crate::store::{RequestRecord, RequestState};
@@ -133,16 +133,22 @@ impl OrbService for OrbApi {
             .acquire()
             .await
             .map_err(|_| Status::unavailable("node is shutting down"))?;
-        let envelope = request.into_inner().envelope;
+        let request = request.into_inner();
+        let (envelope, or_serial_ids) = (request.envelope, request.or_serial_ids);
         let st = self.state.clone();
         let outcome = tokio::task::spawn_blocking(move || {
             let now = now_ms();
-            let accepted = st.intake.check(&envelope, now, |id| {
+            let mut accepted = st.intake.check(&envelope, now, |id| {
                 if st.queue().contains(id) {
                     return Ok(true);
                 }
                 st.store.request(id).map(|r| r.is_some())
             })?;
+            crate::intake::or_rule::check(&or_serial_ids, accepted.request_type, |id| {
+                st.shares().contains(SerialId(id))
+            })?;
+            accepted.digest =
+                crate::intake::or_rule::request_digest(accepted.digest, &or_serial_ids);
             let record = RequestRecord {
                 state: RequestState::Pending as u32,
                 digest: accepted.digest.0.to_vec(),
@@ -152,6 +158,7 @@ impl OrbService for OrbApi {
                 or_policy: accepted.or_policy,
                 batch_id: 0,
                 submitter: who.id.to_vec(),
+                or_serial_ids,
             };
             let inserted = st
                 .store
@@ -366,6 +373,7 @@ mod tests {
         let s = api
             .submit(Request::new(SubmitRequest {
                 envelope: vec![1, 2, 3],
+                or_serial_ids: Vec::new(),
             }))
             .await
             .err()

@@ -9,7 +9,7 @@ use futures::Stream;
 use shared_proto::v1::peer_service_server::PeerService;
 use shared_proto::v1::{
     BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote,
-    FetchBatchRequest, MpcFrame,
+    FetchBatchRequest, MpcFrame, RecoverChunk, RecoverRequest,
 };
 use tonic::{Request, Response, Status, Streaming};
 
@@ -54,6 +54,7 @@ impl PeerApi {
 }
 
 type FrameStream = Pin<Box<dyn Stream<Item = Result<MpcFrame, Status>> + Send>>;
+type RecoverStream = Pin<Box<dyn Stream<Item = Result<RecoverChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl PeerService for PeerApi {
@@ -132,5 +133,26 @@ impl PeerService for PeerApi {
         let party = self.caller(&request)?;
         let out = crate::links::serve(&self.state.links, party, request.into_inner()).await?;
         Ok(Response::new(Box::pin(out)))
+    }
+
+    type RecoverSharesStream = RecoverStream;
+
+    async fn recover_shares(
+        &self,
+        request: Request<RecoverRequest>,
+    ) -> Result<Response<Self::RecoverSharesStream>, Status> {
+        // The caller recovers its own shares only: its party id comes from its certificate.
+        let party = self.caller(&request)?;
+        let chunks = crate::recovery::helper_chunks(self.state.clone(), party, request.get_ref())
+            .await
+            .map_err(|e| {
+                tracing::warn!(party, error = %e, "recovery request refused");
+                Status::failed_precondition(e.to_string())
+            })?;
+        let entries: usize = chunks.iter().map(|c| c.serial_ids.len()).sum();
+        tracing::info!(party, entries, "sending masked recovery contributions");
+        Ok(Response::new(Box::pin(futures::stream::iter(
+            chunks.into_iter().map(Ok),
+        ))))
     }
 }

@@ -360,6 +360,7 @@ mod tests {
             or_policy: false,
             batch_id: 0,
             submitter: Vec::new(),
+            or_serial_ids: Vec::new(),
         }
     }
 

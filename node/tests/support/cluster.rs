@@ -39,6 +39,9 @@ pub struct Cluster {
     pub orb: OrbSigningKey,
     pub node_keys: NodePublicKeys,
     pub evaluator: Arc<dyn BatchEvaluator>,
+    /// Each node runs the real three-party matching pipeline (its own evaluator) instead of
+    /// `evaluator`.
+    pub mpc: bool,
     pub rng: ChaCha20Rng,
 }
 
@@ -113,6 +116,19 @@ impl Cluster {
         evaluator: Arc<dyn BatchEvaluator>,
         tweak: &dyn Fn(&mut NodeConfig),
     ) -> Res<Self> {
+        Self::start_inner(evaluator, false, tweak).await
+    }
+
+    /// Three nodes deciding in MPC.
+    pub async fn start_mpc(tweak: &dyn Fn(&mut NodeConfig)) -> Res<Self> {
+        Self::start_inner(Arc::new(ocelli_node::batch::NotEvaluated), true, tweak).await
+    }
+
+    async fn start_inner(
+        evaluator: Arc<dyn BatchEvaluator>,
+        mpc: bool,
+        tweak: &dyn Fn(&mut NodeConfig),
+    ) -> Res<Self> {
         let dir = tempfile::tempdir()?;
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
@@ -140,6 +156,7 @@ impl Cluster {
             orb,
             node_keys,
             evaluator,
+            mpc,
             rng: ChaCha20Rng::seed_from_u64(7),
         };
         for (i, l) in listeners.into_iter().enumerate() {
@@ -153,7 +170,11 @@ impl Cluster {
         // The previous instance may still be closing its store.
         let state = loop {
             let cfg = self.configs[i].clone();
-            let ev = self.evaluator.clone();
+            let ev = if self.mpc {
+                ocelli_node::matching::evaluator_for(&cfg)?
+            } else {
+                self.evaluator.clone()
+            };
             match tokio::task::spawn_blocking(move || NodeState::open(cfg, ev)).await? {
                 Ok(s) => break s,
                 Err(e) if Instant::now() > deadline => return Err(e.into()),
@@ -244,15 +265,18 @@ impl Cluster {
     pub fn seal(&mut self, meta: &RequestMeta) -> Vec<u8> {
         let left = sdk_orb::template::random(&mut self.rng, 0.1);
         let right = sdk_orb::template::random(&mut self.rng, 0.1);
-        seal_envelope_to_vec(
-            &mut self.rng,
-            meta,
-            &left,
-            &right,
-            &self.node_keys,
-            &self.orb,
-        )
-        .expect("seal")
+        self.seal_person(meta, &left, &right)
+    }
+
+    /// An envelope of these two templates.
+    pub fn seal_person(
+        &mut self,
+        meta: &RequestMeta,
+        left: &sdk_orb::IrisTemplate,
+        right: &sdk_orb::IrisTemplate,
+    ) -> Vec<u8> {
+        seal_envelope_to_vec(&mut self.rng, meta, left, right, &self.node_keys, &self.orb)
+            .expect("seal")
     }
 
     pub fn fingerprints(&self) -> Vec<[u8; 32]> {
@@ -291,6 +315,7 @@ impl Cluster {
                 c.orb
                     .submit(shared_proto::v1::SubmitRequest {
                         envelope: env.to_vec(),
+                        or_serial_ids: Vec::new(),
                     })
                     .await
                     .map(|_| ()),

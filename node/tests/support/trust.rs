@@ -123,6 +123,7 @@ pub async fn submit_via(clients: &[OrbClient], env: &[u8]) -> Res {
             .clone()
             .submit(SubmitRequest {
                 envelope: env.to_vec(),
+                or_serial_ids: Vec::new(),
             })
             .await?;
     }

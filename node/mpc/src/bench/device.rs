@@ -221,6 +221,7 @@ pub fn run(
                 against_earlier: false,
                 candidate: false,
                 or_policy: false,
+                rules: Default::default(),
             })
             .collect();
         evaluate(s, engines[i], &db, &requests, &pipeline_config).expect("in-memory network")

@@ -127,6 +127,7 @@ pub fn pipeline_outcomes(engines: [&dyn DotEngine; 3]) -> [Vec<crate::pipeline::
                 against_earlier: true,
                 candidate: j % 3 != 1,
                 or_policy: j % 4 == 3,
+                rules: Default::default(),
             })
             .collect();
         evaluate(s, engines[i], &db, &requests, &config).expect("pipeline")

@@ -50,6 +50,16 @@ impl PreparedQuery {
         }
     }
 
+    /// Prepares `party`'s shares of the mirrored query ([`sdk_orb::mirror::mirror_person`]):
+    /// mirroring is a permutation and negation of whole ring elements, so it is done on the
+    /// raw shares before preprocessing, with no communication.
+    pub fn mirrored(party: PartyId, shares: &PartyShares) -> PreparedQuery {
+        let mut m = sdk_orb::mirror::mirror_person(shares);
+        let q = PreparedQuery::new(party, &m);
+        m.zeroize();
+        q
+    }
+
     /// All rotations of one eye's code, rotation-major.
     pub fn codes(&self, eye: usize) -> &[u16] {
         &self.codes[eye]

@@ -30,6 +30,7 @@ struct Case {
     against_earlier: bool,
     candidate: bool,
     or_policy: bool,
+    rules: PairRules,
 }
 
 /// Shares `enrolled` and every case's person, runs the pipeline as the three parties with
@@ -64,12 +65,15 @@ fn run_cases(
                 against_earlier: c.against_earlier,
                 candidate: c.candidate,
                 or_policy: c.or_policy,
+                rules: c.rules.clone(),
             })
             .collect();
         evaluate(s, &CpuEngine::new(), &db, &requests, config).expect("pipeline")
     });
     out.into_iter().map(|(results, _, _)| results).collect()
 }
+
+mod rules;
 
 #[test]
 fn decisions_equal_the_plaintext_reference() {
@@ -94,6 +98,7 @@ fn decisions_equal_the_plaintext_reference() {
         against_earlier: true,
         candidate: true,
         or_policy,
+        rules: Default::default(),
     };
     let cases = [
         db_case(recapture(&mut rng, &enrolled[2]), false),
@@ -105,6 +110,7 @@ fn decisions_equal_the_plaintext_reference() {
             against_earlier: false,
             candidate: false,
             or_policy: false,
+            rules: Default::default(),
         },
         Case {
             person: person(&mut rng),
@@ -112,6 +118,7 @@ fn decisions_equal_the_plaintext_reference() {
             against_earlier: false,
             candidate: false,
             or_policy: false,
+            rules: Default::default(),
         },
         Case {
             candidate: false,
@@ -127,6 +134,7 @@ fn decisions_equal_the_plaintext_reference() {
             against_earlier: false,
             candidate: false,
             or_policy: false,
+            rules: Default::default(),
         },
     ];
 
@@ -151,6 +159,7 @@ fn decisions_equal_the_plaintext_reference() {
                 any: !entries.is_empty() || !earlier.is_empty(),
                 entries,
                 earlier,
+                mirror: false,
             }
         })
         .collect();
@@ -277,6 +286,7 @@ fn decisions_equal_the_plaintext_reference_on_thousands_of_pairs() {
             against_earlier: true,
             candidate: k % 2 == 0,
             or_policy,
+            rules: Default::default(),
         });
     }
 
@@ -327,6 +337,7 @@ fn decisions_equal_the_plaintext_reference_on_thousands_of_pairs() {
                 any: !entries.is_empty() || !earlier.is_empty(),
                 entries,
                 earlier,
+                mirror: false,
             }
         })
         .collect();
@@ -386,6 +397,7 @@ fn the_largest_message_is_four_bytes_per_comparison() {
                 against_earlier: true,
                 candidate: true,
                 or_policy: false,
+                rules: Default::default(),
             })
             .collect();
         evaluate(s, &CpuEngine::new(), &db, &requests, &config).expect("pipeline")
