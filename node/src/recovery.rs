@@ -97,16 +97,24 @@ pub struct RecoverReport {
     pub seconds: f64,
 }
 
-/// The helper side: this node's masked contributions for `caller`, in chunks. Holds the batch
-/// lock while it reads, so counters and entries belong to one state.
+/// Chunks a helper keeps queued ahead of the link (a few times 2.4 MB).
+const QUEUED_CHUNKS: usize = 4;
+
+/// Entries the recovering node combines and writes per store transaction (about 77 MB).
+const WRITE_ENTRIES: usize = 1024;
+
+/// The helper side: this node's masked contributions for `caller`, streamed in chunks as they
+/// are computed, so memory stays a few chunks whatever the database size. Holds the batch lock
+/// until the last chunk is handed over, so counters and entries belong to one state.
 ///
 /// # Errors
-/// Bad nonce, a caller that is this node, keys or store failure.
-pub async fn helper_chunks(
+/// Bad nonce or a caller that is this node (before anything is sent); keys or store failures
+/// arrive as the stream's last item.
+pub async fn helper_stream(
     state: Arc<NodeState>,
     caller: u8,
     request: &RecoverRequest,
-) -> Result<Vec<RecoverChunk>, RecoveryError> {
+) -> Result<tokio::sync::mpsc::Receiver<Result<RecoverChunk, RecoveryError>>, RecoveryError> {
     let nonce: [u8; 32] = request
         .nonce
         .as_slice()
@@ -115,144 +123,229 @@ pub async fn helper_chunks(
     if caller == state.party {
         return Err(RecoveryError::SelfRecovery);
     }
+    let target = PartyId::try_from(caller).map_err(|_| RecoveryError::SelfRecovery)?;
     let guard = state.apply_lock.clone().lock_owned().await;
+    let (tx, rx) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
     tokio::task::spawn_blocking(move || {
         let _guard = guard;
-        let (me, secret, public) = crate::matching::node_x25519_keys(&state.config)?;
-        let target = PartyId::try_from(caller).map_err(|_| RecoveryError::SelfRecovery)?;
-        let other = third(me, target);
-        let seed = pad_seed(me, &secret, &public[other.index()], target, &nonce);
-        let mut helper = Helper::new(me, target, &seed);
-        let meta = state.store.meta()?;
-        let last = match meta.last_applied_batch {
-            0 => None,
-            id => state.store.batch(id)?,
-        };
-        let shares = state.shares();
-        let db = shares.rows();
-        let total = db.len();
-        let mut chunks = Vec::new();
-        for start in (0..total).step_by(CHUNK_ENTRIES) {
-            let rows = start..(start + CHUNK_ENTRIES).min(total);
-            let mut contributions = Vec::with_capacity(rows.len() * PERSON_COEFS * 2);
-            for row in rows.clone() {
-                let parts = [
-                    db.code(0, row),
-                    db.mask(0, row),
-                    db.code(1, row),
-                    db.mask(1, row),
-                ];
-                for w in helper.contribute_parts(parts) {
-                    contributions.extend_from_slice(&w.to_le_bytes());
-                }
-            }
-            chunks.push(RecoverChunk {
-                last_applied_batch: meta.last_applied_batch,
-                next_serial_id: meta.next_serial,
-                last_batch_commit: Vec::new(),
-                last_batch_results_digest: Vec::new(),
-                serial_ids: db.serial_ids()[rows].to_vec(),
-                contributions,
-                total_entries: total as u64,
-            });
+        if let Err(e) = send_contributions(&state, target, &nonce, &tx) {
+            // The caller may be gone already; then nobody is left to tell.
+            let _ = tx.blocking_send(Err(e));
         }
-        if chunks.is_empty() {
-            chunks.push(RecoverChunk {
-                last_applied_batch: meta.last_applied_batch,
-                next_serial_id: meta.next_serial,
-                total_entries: 0,
-                ..RecoverChunk::default()
-            });
-        }
-        if let Some(b) = last {
-            chunks[0].last_batch_commit = b.commit;
-            chunks[0].last_batch_results_digest = b.results_digest.to_vec();
-        }
-        Ok(chunks)
-    })
-    .await
-    .map_err(|e| RecoveryError::Task(e.to_string()))?
+    });
+    Ok(rx)
 }
 
-/// One helper's whole stream, flattened.
-struct Received {
+/// Computes and sends the chunks; stops early if the caller hangs up.
+fn send_contributions(
+    state: &NodeState,
+    target: PartyId,
+    nonce: &[u8; 32],
+    tx: &tokio::sync::mpsc::Sender<Result<RecoverChunk, RecoveryError>>,
+) -> Result<(), RecoveryError> {
+    let (me, secret, public) = crate::matching::node_x25519_keys(&state.config)?;
+    let other = third(me, target);
+    let seed = pad_seed(me, &secret, &public[other.index()], target, nonce);
+    let mut helper = Helper::new(me, target, &seed);
+    let meta = state.store.meta()?;
+    let last = match meta.last_applied_batch {
+        0 => None,
+        id => state.store.batch(id)?,
+    };
+    let shares = state.shares();
+    let db = shares.rows();
+    let total = db.len();
+    let mut first = true;
+    let mut start = 0;
+    loop {
+        let rows = start..(start + CHUNK_ENTRIES).min(total);
+        let mut contributions = Vec::with_capacity(rows.len() * PERSON_COEFS * 2);
+        for row in rows.clone() {
+            let parts = [
+                db.code(0, row),
+                db.mask(0, row),
+                db.code(1, row),
+                db.mask(1, row),
+            ];
+            for w in helper.contribute_parts(parts) {
+                contributions.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        let mut chunk = RecoverChunk {
+            last_applied_batch: meta.last_applied_batch,
+            next_serial_id: meta.next_serial,
+            serial_ids: db.serial_ids()[rows.clone()].to_vec(),
+            contributions,
+            total_entries: total as u64,
+            ..RecoverChunk::default()
+        };
+        if first {
+            if let Some(b) = &last {
+                chunk.last_batch_commit = b.commit.clone();
+                chunk.last_batch_results_digest = b.results_digest.to_vec();
+            }
+            first = false;
+        }
+        if tx.blocking_send(Ok(chunk)).is_err() {
+            return Ok(());
+        }
+        start = rows.end;
+        if start >= total {
+            return Ok(());
+        }
+    }
+}
+
+/// One helper's stream as the recovering node reads it: the state the first chunk announces,
+/// and the entries received but not yet combined.
+struct Incoming {
+    party: u8,
+    stream: tonic::Streaming<RecoverChunk>,
     last_applied_batch: u64,
     next_serial: u64,
+    total: u64,
     last_commit: Vec<u8>,
     last_digest: Vec<u8>,
-    serial_ids: Vec<u64>,
+    serial_ids: std::collections::VecDeque<u64>,
     contributions: Zeroizing<Vec<u8>>,
+    received: u64,
+    last_serial: Option<u64>,
 }
 
-async fn fetch(
-    peers: &crate::links::Peers,
-    party: u8,
-    nonce: [u8; 32],
-) -> Result<Received, RecoveryError> {
-    let peer_err = |s: tonic::Status| RecoveryError::Peer {
-        party,
-        message: s.message().to_owned(),
-    };
-    let mut client = peers
-        .client(party)
-        .ok_or(RecoveryError::Peer {
+impl Incoming {
+    /// Asks `party` for its contributions and reads the first chunk.
+    async fn open(
+        peers: &crate::links::Peers,
+        party: u8,
+        nonce: [u8; 32],
+    ) -> Result<Incoming, RecoveryError> {
+        let mut client = peers
+            .client(party)
+            .ok_or(RecoveryError::Peer {
+                party,
+                message: "not configured".into(),
+            })?
+            .clone();
+        let stream = client
+            .recover_shares(RecoverRequest {
+                nonce: nonce.to_vec(),
+            })
+            .await
+            .map_err(|s| peer_error(party, &s))?
+            .into_inner();
+        let mut incoming = Incoming {
             party,
-            message: "not configured".into(),
-        })?
-        .clone();
-    let mut stream = client
-        .recover_shares(RecoverRequest {
-            nonce: nonce.to_vec(),
-        })
-        .await
-        .map_err(peer_err)?
-        .into_inner();
-    let mut r: Option<Received> = None;
-    let mut total = 0u64;
-    while let Some(chunk) = stream.message().await.map_err(peer_err)? {
-        let malformed = |what| RecoveryError::Malformed { party, what };
+            stream,
+            last_applied_batch: 0,
+            next_serial: 0,
+            total: 0,
+            last_commit: Vec::new(),
+            last_digest: Vec::new(),
+            serial_ids: Default::default(),
+            contributions: Zeroizing::new(Vec::new()),
+            received: 0,
+            last_serial: None,
+        };
+        let first = incoming
+            .stream
+            .message()
+            .await
+            .map_err(|s| peer_error(party, &s))?
+            .ok_or(RecoveryError::Malformed {
+                party,
+                what: "empty stream",
+            })?;
+        incoming.last_applied_batch = first.last_applied_batch;
+        incoming.next_serial = first.next_serial_id;
+        incoming.total = first.total_entries;
+        incoming.last_commit = first.last_batch_commit.clone();
+        incoming.last_digest = first.last_batch_results_digest.clone();
+        incoming.push(first)?;
+        Ok(incoming)
+    }
+
+    fn malformed(&self, what: &'static str) -> RecoveryError {
+        RecoveryError::Malformed {
+            party: self.party,
+            what,
+        }
+    }
+
+    /// Checks a chunk against the announced state and buffers its entries.
+    fn push(&mut self, chunk: RecoverChunk) -> Result<(), RecoveryError> {
         if chunk.contributions.len() != chunk.serial_ids.len() * PERSON_COEFS * 2 {
-            return Err(malformed("contribution size"));
+            return Err(self.malformed("contribution size"));
         }
-        match &mut r {
-            None => {
-                total = chunk.total_entries;
-                r = Some(Received {
-                    last_applied_batch: chunk.last_applied_batch,
-                    next_serial: chunk.next_serial_id,
-                    last_commit: chunk.last_batch_commit,
-                    last_digest: chunk.last_batch_results_digest,
-                    serial_ids: chunk.serial_ids,
-                    contributions: Zeroizing::new(chunk.contributions),
-                });
-            }
-            Some(r) => {
-                if (
-                    chunk.last_applied_batch,
-                    chunk.next_serial_id,
-                    chunk.total_entries,
-                ) != (r.last_applied_batch, r.next_serial, total)
-                {
-                    return Err(malformed("state changed between chunks"));
-                }
-                r.serial_ids.extend(chunk.serial_ids);
-                r.contributions.extend_from_slice(&chunk.contributions);
-                let mut c = chunk.contributions;
-                zeroize::Zeroize::zeroize(&mut c);
-            }
+        if (
+            chunk.last_applied_batch,
+            chunk.next_serial_id,
+            chunk.total_entries,
+        ) != (self.last_applied_batch, self.next_serial, self.total)
+        {
+            return Err(self.malformed("state changed between chunks"));
         }
+        for &id in &chunk.serial_ids {
+            if self.last_serial.is_some_and(|last| id <= last) {
+                return Err(self.malformed("serial ids"));
+            }
+            self.last_serial = Some(id);
+        }
+        self.received += chunk.serial_ids.len() as u64;
+        if self.received > self.total {
+            return Err(self.malformed("more entries than announced"));
+        }
+        self.serial_ids.extend(&chunk.serial_ids);
+        self.contributions.extend_from_slice(&chunk.contributions);
+        let mut c = chunk.contributions;
+        zeroize::Zeroize::zeroize(&mut c);
+        Ok(())
     }
-    let r = r.ok_or(RecoveryError::Malformed {
+
+    /// Reads chunks until `n` entries are buffered; fails if the stream ends first.
+    async fn fill(&mut self, n: usize) -> Result<(), RecoveryError> {
+        while self.serial_ids.len() < n {
+            match self
+                .stream
+                .message()
+                .await
+                .map_err(|s| peer_error(self.party, &s))?
+            {
+                Some(chunk) => self.push(chunk)?,
+                None => return Err(self.malformed("fewer entries than announced")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the first `n` buffered entries: their serial ids and contributions as words.
+    fn take(&mut self, n: usize) -> (Vec<u64>, Zeroizing<Vec<u16>>) {
+        let ids = self.serial_ids.drain(..n).collect();
+        let bytes = n * PERSON_COEFS * 2;
+        let taken = words(&self.contributions[..bytes]);
+        self.contributions[..bytes].fill(0);
+        self.contributions.drain(..bytes);
+        (ids, taken)
+    }
+
+    /// Checks that the stream has nothing after the announced entries.
+    async fn finish(&mut self) -> Result<(), RecoveryError> {
+        let more = self
+            .stream
+            .message()
+            .await
+            .map_err(|s| peer_error(self.party, &s))?;
+        if more.is_some() || !self.serial_ids.is_empty() || self.received != self.total {
+            return Err(self.malformed("entries after the announced ones"));
+        }
+        Ok(())
+    }
+}
+
+fn peer_error(party: u8, status: &tonic::Status) -> RecoveryError {
+    RecoveryError::Peer {
         party,
-        what: "empty stream",
-    })?;
-    if r.serial_ids.len() as u64 != total || r.serial_ids.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(RecoveryError::Malformed {
-            party,
-            what: "serial ids",
-        });
+        message: status.message().to_owned(),
     }
-    Ok(r)
 }
 
 /// A batch log entry without its attestations: each node keeps the signatures it received,
@@ -299,18 +392,17 @@ pub async fn recover(config: &NodeConfig) -> Result<RecoverReport, RecoveryError
     let me = config.party_id;
     let helpers: Vec<u8> = (0..3).filter(|&p| p != me).collect();
     let (a, b) = tokio::join!(
-        fetch(&peers, helpers[0], nonce),
-        fetch(&peers, helpers[1], nonce)
+        Incoming::open(&peers, helpers[0], nonce),
+        Incoming::open(&peers, helpers[1], nonce)
     );
-    let (a, b) = (a?, b?);
-    if (a.last_applied_batch, a.next_serial) != (b.last_applied_batch, b.next_serial) {
+    let (mut a, mut b) = (a?, b?);
+    if (a.last_applied_batch, a.next_serial, a.total)
+        != (b.last_applied_batch, b.next_serial, b.total)
+    {
         return Err(RecoveryError::Disagree("the counters"));
     }
     if a.last_digest != b.last_digest || unsigned(&a.last_commit)? != unsigned(&b.last_commit)? {
         return Err(RecoveryError::Disagree("the last batch"));
-    }
-    if a.serial_ids != b.serial_ids {
-        return Err(RecoveryError::Disagree("the enrolled serial ids"));
     }
     let batch = match a.last_applied_batch {
         0 => None,
@@ -323,35 +415,69 @@ pub async fn recover(config: &NodeConfig) -> Result<RecoverReport, RecoveryError
             Some((id, a.last_commit.clone(), digest))
         }
     };
-    let (wa, wb) = (words(&a.contributions), words(&b.contributions));
-    let shares: Vec<(SerialId, ShareWrite)> = a
-        .serial_ids
-        .iter()
-        .enumerate()
-        .map(|(i, &id)| {
-            let span = i * PERSON_COEFS..(i + 1) * PERSON_COEFS;
-            let mut person = combine_person(&wa[span.clone()], &wb[span]);
-            let stored = StoredShares::from_party_shares(&person);
-            zeroize::Zeroize::zeroize(&mut person);
-            (SerialId(id), ShareWrite::Put(stored))
-        })
-        .collect();
-    let entries = shares.len();
-    let write = BatchWrite {
-        batch,
-        finals: Vec::new(),
-        shares,
-        next_serial: a.next_serial,
-    };
-    let store2 = store.clone();
-    tokio::task::spawn_blocking(move || store2.apply_batch(&write))
-        .await
-        .map_err(|e| RecoveryError::Task(e.to_string()))??;
+    // Entries first, a group per transaction; the batch log entry last, so a store that holds
+    // entries but no applied batch is an interrupted recovery (refused as not empty).
+    let total = usize::try_from(a.total).map_err(|_| RecoveryError::Disagree("the counters"))?;
+    let mut written = 0;
+    while written < total {
+        let n = WRITE_ENTRIES.min(total - written);
+        let (fa, fb) = tokio::join!(a.fill(n), b.fill(n));
+        fa?;
+        fb?;
+        let ((ids, wa), (ids_b, wb)) = (a.take(n), b.take(n));
+        if ids != ids_b {
+            return Err(RecoveryError::Disagree("the enrolled serial ids"));
+        }
+        let shares: Vec<(SerialId, ShareWrite)> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let span = i * PERSON_COEFS..(i + 1) * PERSON_COEFS;
+                let mut person = combine_person(&wa[span.clone()], &wb[span]);
+                let stored = StoredShares::from_party_shares(&person);
+                zeroize::Zeroize::zeroize(&mut person);
+                (SerialId(id), ShareWrite::Put(stored))
+            })
+            .collect();
+        write(
+            &store,
+            BatchWrite {
+                batch: None,
+                finals: Vec::new(),
+                shares,
+                next_serial: a.next_serial,
+            },
+        )
+        .await?;
+        written += n;
+    }
+    let (fa, fb) = tokio::join!(a.finish(), b.finish());
+    fa?;
+    fb?;
+    write(
+        &store,
+        BatchWrite {
+            batch,
+            finals: Vec::new(),
+            shares: Vec::new(),
+            next_serial: a.next_serial,
+        },
+    )
+    .await?;
     Ok(RecoverReport {
-        entries,
+        entries: total,
         last_applied_batch: a.last_applied_batch,
         next_serial: a.next_serial,
-        bytes_per_helper: a.contributions.len(),
+        bytes_per_helper: total * PERSON_COEFS * 2,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// One store transaction, off the async threads.
+async fn write(store: &Arc<dyn crate::store::Store>, w: BatchWrite) -> Result<(), RecoveryError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || store.apply_batch(&w))
+        .await
+        .map_err(|e| RecoveryError::Task(e.to_string()))??;
+    Ok(())
 }

@@ -143,16 +143,22 @@ impl PeerService for PeerApi {
     ) -> Result<Response<Self::RecoverSharesStream>, Status> {
         // The caller recovers its own shares only: its party id comes from its certificate.
         let party = self.caller(&request)?;
-        let chunks = crate::recovery::helper_chunks(self.state.clone(), party, request.get_ref())
+        let chunks = crate::recovery::helper_stream(self.state.clone(), party, request.get_ref())
             .await
             .map_err(|e| {
                 tracing::warn!(party, error = %e, "recovery request refused");
                 Status::failed_precondition(e.to_string())
             })?;
-        let entries: usize = chunks.iter().map(|c| c.serial_ids.len()).sum();
-        tracing::info!(party, entries, "sending masked recovery contributions");
-        Ok(Response::new(Box::pin(futures::stream::iter(
-            chunks.into_iter().map(Ok),
-        ))))
+        tracing::info!(party, "streaming masked recovery contributions");
+        let stream = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::ReceiverStream::new(chunks),
+            move |item| {
+                item.map_err(|e| {
+                    tracing::warn!(party, error = %e, "recovery stream failed");
+                    Status::internal(e.to_string())
+                })
+            },
+        );
+        Ok(Response::new(Box::pin(stream)))
     }
 }
