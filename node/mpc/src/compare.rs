@@ -20,8 +20,6 @@
 //! comparison: 13.75 (party 0: split 4, cross term 2, AND gates 7.75; party 1: cross term 2,
 //! binary input 4, gates 7.75; party 2: split 4, forwarding `q` 2, gates 7.75).
 
-use sdk_orb::PartyId;
-
 use crate::binary::{carry_into, plane};
 use crate::bits::{to_planes, words_for};
 use crate::network::{NetworkError, Peer, Transport};
@@ -30,9 +28,6 @@ use crate::share::Replicated;
 
 /// Bits of `x`; its MSB is the sign of `A md - 2^16 cd` for every pair in the domain.
 const X_BITS: usize = 32;
-
-/// The party that holds the single part `a` of a two-part sharing; the other two hold `b`.
-pub const SINGLE: PartyId = PartyId::ALL[1];
 
 /// Turns additive shares `s_i` over Z_{2^16} into two parts `a + b = s_0 + s_1 + s_2`: party 1
 /// gets `a = (s_0 + r) + s_1 - t`, parties 0 and 2 get `b = s_2 + t - r`, with `r` from the
