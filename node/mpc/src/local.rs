@@ -105,6 +105,21 @@ pub fn run_three_seeded<R: Send>(
     })
 }
 
+/// Chi-squared statistic of byte values against uniform (255 degrees of freedom: mean 255,
+/// standard deviation about 22.6): what the privacy tests apply to every message a party
+/// receives.
+pub fn chi_squared(bytes: &[u8]) -> f64 {
+    let mut counts = [0u64; 256];
+    for &b in bytes {
+        counts[b as usize] += 1;
+    }
+    let expected = bytes.len() as f64 / 256.0;
+    counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum()
+}
+
 /// Additive shares of `values` over Z_{2^16}.
 pub fn additive_u16(rng: &mut ChaCha20Rng, values: &[u16]) -> [Vec<u16>; 3] {
     let r0: Vec<u16> = values.iter().map(|_| rng.next_u32() as u16).collect();

@@ -1,6 +1,6 @@
 use super::*;
 use crate::bits::{plane_to_bits, to_planes};
-use crate::local::{additive_u16, open_bits, run_three};
+use crate::local::{additive_u16, chi_squared, open_bits, run_three};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts, DEFAULT_THRESHOLD};
@@ -218,20 +218,6 @@ fn or_over_blocks_and_padding_bits() {
         assert_eq!(b, blocks.iter().any(|blk| blk[e] == 1), "element {e}");
     }
     assert_eq!(out[0].1.rounds, 5, "ceil(log2(31)) levels");
-}
-
-/// Chi-squared statistic of the byte values against uniform (255 degrees of freedom: mean
-/// 255, standard deviation about 22.6).
-fn chi_squared(bytes: &[u8]) -> f64 {
-    let mut counts = [0u64; 256];
-    for &b in bytes {
-        counts[b as usize] += 1;
-    }
-    let expected = bytes.len() as f64 / 256.0;
-    counts
-        .iter()
-        .map(|&c| (c as f64 - expected).powi(2) / expected)
-        .sum()
 }
 
 #[test]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::local::chi_squared;
 use crate::synthetic;
 use rand_chacha::ChaCha20Rng;
 use sdk_orb::plaintext::masked_value;
@@ -70,20 +71,6 @@ fn a_different_nonce_or_helper_key_gives_other_pads() {
     assert_ne!(*s1, *s2);
     assert_ne!(*s1, *s3);
     assert_eq!(*s1, *pad_seed(b, &k[2].0, &k[0].1, t, &[1; 32]));
-}
-
-/// Chi-squared statistic of the byte values against uniform (255 degrees of freedom: mean
-/// 255, standard deviation about 22.6), as in the comparison phase's privacy test.
-fn chi_squared(bytes: &[u8]) -> f64 {
-    let mut counts = [0u64; 256];
-    for &b in bytes {
-        counts[b as usize] += 1;
-    }
-    let expected = bytes.len() as f64 / 256.0;
-    counts
-        .iter()
-        .map(|&c| (c as f64 - expected).powi(2) / expected)
-        .sum()
 }
 
 fn le_bytes(words: &[u16]) -> Vec<u8> {
