@@ -183,15 +183,7 @@ pub(crate) fn plan(
             }
             (T::Uniqueness | T::UniquenessCheck, Outcome::Match { entries, earlier }) => {
                 r.status = ResultStatus::Match as i32;
-                let mut ids: Vec<u64> = entries.iter().map(|s| s.0).collect();
-                ids.extend(
-                    earlier
-                        .iter()
-                        .filter_map(|k| enrolled_at.get(k))
-                        .map(|s| s.0),
-                );
-                ids.sort_unstable();
-                ids.dedup();
+                let ids = matched_serial_ids(&entries, &earlier, &enrolled_at);
                 r.detail = match (entries.is_empty(), earlier.is_empty()) {
                     (true, true) => "matched (privacy-max: which entries is not revealed)",
                     (false, true) => "matched enrolled entries",
@@ -215,15 +207,7 @@ pub(crate) fn plan(
                 } else {
                     ResultStatus::MirrorAttack
                 } as i32;
-                let mut ids: Vec<u64> = entries.iter().map(|s| s.0).collect();
-                ids.extend(
-                    earlier
-                        .iter()
-                        .filter_map(|k| enrolled_at.get(k))
-                        .map(|s| s.0),
-                );
-                ids.sort_unstable();
-                ids.dedup();
+                let ids = matched_serial_ids(&entries, &earlier, &enrolled_at);
                 r.matched_serial_ids = ids;
                 r.detail =
                     "the mirrored capture matched an enrolled person; not enrolled".to_owned();
@@ -385,6 +369,25 @@ fn placeholder_record(digest: &[u8]) -> RequestRecord {
         submitter: Vec::new(),
         or_serial_ids: Vec::new(),
     }
+}
+
+/// The serial ids a match names: the matched enrolled entries and the serial ids the batch
+/// gave the matched earlier requests, sorted, each once.
+fn matched_serial_ids(
+    entries: &[SerialId],
+    earlier: &[usize],
+    enrolled_at: &HashMap<usize, SerialId>,
+) -> Vec<u64> {
+    let mut ids: Vec<u64> = entries.iter().map(|s| s.0).collect();
+    ids.extend(
+        earlier
+            .iter()
+            .filter_map(|k| enrolled_at.get(k))
+            .map(|s| s.0),
+    );
+    ids.sort_unstable();
+    ids.dedup();
+    ids
 }
 
 #[cfg(test)]
