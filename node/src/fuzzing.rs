@@ -270,6 +270,7 @@ fn commit(c: &BatchCommit) {
         .timed_out
         .iter()
         .chain(&c.digest_mismatch)
+        .chain(&c.unopenable)
         .filter(|i| i.request_id.len() == 16)
         .count();
     assert_eq!(
