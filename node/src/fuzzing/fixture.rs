@@ -186,6 +186,13 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         envelope_digest: peer_fixture::PENDING[0].digest.to_vec(),
     });
 
+    // The fuzz finding: a replayed commit that also lists a request no node could open.
+    let mut unopenable = recorded.clone();
+    unopenable.unopenable.push(BatchItem {
+        request_id: vec![0x0b; 16],
+        envelope_digest: vec![0x0c; 32],
+    });
+
     let frame = |round: u32, payload: Vec<u8>| MpcFrame {
         session_id: peer_fixture::MPC_SESSION,
         round,
@@ -211,6 +218,10 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         (
             "commit-repeated-request",
             tagged(peer_tag::COMMIT, &repeated),
+        ),
+        (
+            "commit-recorded-unopenable",
+            tagged(peer_tag::COMMIT, &unopenable),
         ),
         (
             "mpc-hello",
