@@ -290,7 +290,7 @@ impl BatchEvaluator for MpcEvaluator {
             self.round_timeout,
         );
         let mut session = Session::new(self.party, &mut transport, &mut randomness);
-        let results = pipeline::evaluate(
+        let results = pipeline::evaluate_batch(
             &mut session,
             self.engine.as_ref(),
             db.rows(),

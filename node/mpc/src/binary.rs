@@ -3,9 +3,8 @@
 //!
 //! A `k`-bit shared value is `k` planes of `w` words, plane `j` at words `j*w..(j+1)*w`.
 
-use crate::network::{NetworkError, Transport};
-use crate::session::Session;
-use crate::share::Replicated;
+use crate::circuit::{Circuit, SharedBits};
+use crate::network::NetworkError;
 
 /// Positions per ripple block of [`carry_into`]: four AND rounds of ripple, then a tree over
 /// the blocks. Four balances gates against rounds for 31 positions: 62 AND gates in 7
@@ -13,7 +12,7 @@ use crate::share::Replicated;
 pub const RIPPLE_BLOCK: usize = 4;
 
 /// Plane `j` of a `w`-word-per-plane value.
-pub fn plane(x: &Replicated<u64>, w: usize, j: usize) -> Replicated<u64> {
+pub fn plane<B: SharedBits>(x: &B, w: usize, j: usize) -> B {
     x.slice(j * w..(j + 1) * w)
 }
 
@@ -22,18 +21,18 @@ pub fn plane(x: &Replicated<u64>, w: usize, j: usize) -> Replicated<u64> {
 ///
 /// # Errors
 /// Transport failures.
-pub fn and_pairs<T: Transport>(
-    session: &mut Session<'_, T>,
-    pairs: &[(Replicated<u64>, Replicated<u64>)],
-) -> Result<Vec<Replicated<u64>>, NetworkError> {
-    let left: Vec<&Replicated<u64>> = pairs.iter().map(|p| &p.0).collect();
-    let right: Vec<&Replicated<u64>> = pairs.iter().map(|p| &p.1).collect();
-    let product = session.and(&Replicated::concat(&left), &Replicated::concat(&right))?;
+pub fn and_pairs<C: Circuit>(
+    circuit: &mut C,
+    pairs: &[(C::Bits, C::Bits)],
+) -> Result<Vec<C::Bits>, NetworkError> {
+    let left: Vec<&C::Bits> = pairs.iter().map(|p| &p.0).collect();
+    let right: Vec<&C::Bits> = pairs.iter().map(|p| &p.1).collect();
+    let product = circuit.and(&C::Bits::concat(&left), &C::Bits::concat(&right))?;
     let mut at = 0;
     Ok(pairs
         .iter()
         .map(|p| {
-            let len = p.0.len();
+            let len = p.0.words();
             at += len;
             product.slice(at - len..at)
         })
@@ -53,23 +52,23 @@ pub fn and_pairs<T: Transport>(
 ///
 /// # Errors
 /// Transport failures.
-pub fn carry_into<T: Transport>(
-    session: &mut Session<'_, T>,
-    a: &Replicated<u64>,
-    b: &Replicated<u64>,
+pub fn carry_into<C: Circuit>(
+    circuit: &mut C,
+    a: &C::Bits,
+    b: &C::Bits,
     w: usize,
     top: usize,
-) -> Result<Replicated<u64>, NetworkError> {
+) -> Result<C::Bits, NetworkError> {
     if top == 0 {
-        return Ok(Replicated::zeros(w));
+        return Ok(circuit.zeros(w));
     }
     let blocks: Vec<core::ops::Range<usize>> = (0..top)
         .step_by(RIPPLE_BLOCK)
         .map(|start| start..(start + RIPPLE_BLOCK).min(top))
         .collect();
-    let mut carry: Vec<Option<Replicated<u64>>> = vec![None; blocks.len()];
+    let mut carry: Vec<Option<C::Bits>> = vec![None; blocks.len()];
     // Each block's propagate, as the factors of the AND tree still to be multiplied.
-    let mut propagate: Vec<Vec<Replicated<u64>>> = blocks
+    let mut propagate: Vec<Vec<C::Bits>> = blocks
         .iter()
         .enumerate()
         .map(|(index, range)| {
@@ -105,7 +104,7 @@ pub fn carry_into<T: Transport>(
         if pairs.is_empty() {
             break;
         }
-        let mut products = and_pairs(session, &pairs)?.into_iter();
+        let mut products = and_pairs(circuit, &pairs)?.into_iter();
         for (index, range) in blocks.iter().enumerate() {
             if range.start + step < range.end {
                 let product = products.next().expect("one product per ripple gate");
@@ -119,7 +118,7 @@ pub fn carry_into<T: Transport>(
             let odd = (factors.len() % 2 == 1)
                 .then(|| factors.last().cloned())
                 .flatten();
-            let mut next: Vec<Replicated<u64>> = (0..factors.len() / 2)
+            let mut next: Vec<C::Bits> = (0..factors.len() / 2)
                 .map(|_| products.next().expect("one product per propagate gate"))
                 .collect();
             next.extend(odd);
@@ -133,20 +132,20 @@ pub fn carry_into<T: Transport>(
         .zip(propagate)
         .map(|(g, mut p)| (g.expect("every block has a position"), p.pop()))
         .collect();
-    group_generate(session, nodes, w)
+    group_generate(circuit, nodes, w)
 }
 
 /// Reduces `(generate, propagate)` nodes, lowest position first, to the generate of the whole
 /// range with a balanced tree; all gates of one level share a round. Only the lowest node may
 /// lack a propagate. `G = G_hi ^ (P_hi & G_lo)`: XOR, since a block that propagates everything
 /// generates nothing.
-fn group_generate<T: Transport>(
-    session: &mut Session<'_, T>,
-    mut nodes: Vec<(Replicated<u64>, Option<Replicated<u64>>)>,
+fn group_generate<C: Circuit>(
+    circuit: &mut C,
+    mut nodes: Vec<(C::Bits, Option<C::Bits>)>,
     w: usize,
-) -> Result<Replicated<u64>, NetworkError> {
+) -> Result<C::Bits, NetworkError> {
     if nodes.is_empty() {
-        return Ok(Replicated::zeros(w));
+        return Ok(circuit.zeros(w));
     }
     while nodes.len() > 1 {
         // For each pair (lo, hi): P_hi & G_lo, and P_hi & P_lo where lo has a P.
@@ -160,7 +159,7 @@ fn group_generate<T: Transport>(
                 }
             }
         }
-        let mut products = and_pairs(session, &pairs)?.into_iter();
+        let mut products = and_pairs(circuit, &pairs)?.into_iter();
         let mut next = Vec::with_capacity(nodes.len().div_ceil(2));
         for pair in nodes.chunks(2) {
             match pair {

@@ -22,6 +22,7 @@
 
 use crate::binary::{carry_into, plane};
 use crate::bits::{to_planes, words_for};
+use crate::circuit::{Circuit, SharedBits};
 use crate::network::{NetworkError, Peer, Transport};
 use crate::session::Session;
 use crate::share::Replicated;
@@ -316,12 +317,8 @@ pub fn match_bits<T: Transport>(
 ///
 /// # Errors
 /// Transport failures.
-pub fn or<T: Transport>(
-    session: &mut Session<'_, T>,
-    x: &Replicated<u64>,
-    y: &Replicated<u64>,
-) -> Result<Replicated<u64>, NetworkError> {
-    Ok(x.xor(y).xor(&session.and(x, y)?))
+pub fn or<C: Circuit>(circuit: &mut C, x: &C::Bits, y: &C::Bits) -> Result<C::Bits, NetworkError> {
+    Ok(x.xor(y).xor(&circuit.and(x, y)?))
 }
 
 /// ORs `groups` equal-length blocks of `x` together (block `g` = words `g*w..(g+1)*w`) with a
@@ -332,22 +329,22 @@ pub fn or<T: Transport>(
 ///
 /// # Panics
 /// If `x` is not `groups` blocks long.
-pub fn or_blocks<T: Transport>(
-    session: &mut Session<'_, T>,
-    x: &Replicated<u64>,
+pub fn or_blocks<C: Circuit>(
+    circuit: &mut C,
+    x: &C::Bits,
     groups: usize,
-) -> Result<Replicated<u64>, NetworkError> {
-    assert!(groups > 0 && x.len().is_multiple_of(groups));
-    let w = x.len() / groups;
+) -> Result<C::Bits, NetworkError> {
+    assert!(groups > 0 && x.words().is_multiple_of(groups));
+    let w = x.words() / groups;
     let mut current = x.clone();
     let mut count = groups;
     while count > 1 {
         let half = count / 2;
         let lo = current.slice(0..half * w);
         let hi = current.slice(half * w..2 * half * w);
-        let mut merged = or(session, &lo, &hi)?;
+        let mut merged = or(circuit, &lo, &hi)?;
         if count % 2 == 1 {
-            merged = Replicated::concat(&[&merged, &current.slice(2 * half * w..count * w)]);
+            merged = C::Bits::concat(&[&merged, &current.slice(2 * half * w..count * w)]);
         }
         current = merged;
         count = half + count % 2;

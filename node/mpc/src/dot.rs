@@ -48,4 +48,11 @@ pub trait DotEngine: Send + Sync {
     ) {
         self.dot(queries, db.vectors(eye, part, rows), part.coefs(), out);
     }
+
+    /// The GPU engine, whose first device also runs the comparison phase
+    /// ([`crate::pipeline::evaluate_batch`]); `None` for every other engine.
+    #[cfg(feature = "gpu")]
+    fn as_gpu(&self) -> Option<&crate::engine::GpuEngine> {
+        None
+    }
 }

@@ -9,7 +9,9 @@
 //!   run), [`network`] (the [`Transport`] trait and the in-memory network), [`local`] (the
 //!   three parties on threads).
 //! - The comparison phase: [`compare`] (the two-part split, lift, cross term, MSB, OR trees),
-//!   [`binary`] (the adder's carry on bit planes), [`bits`] (bit-plane layout).
+//!   [`binary`] (the adder's carry on bit planes), [`bits`] (bit-plane layout), [`circuit`]
+//!   (what the circuits need of where the shares live), [`device`] (the same phase on a
+//!   kernel device: a GPU, or the kernels run on the host).
 //! - The dot-product phase: [`db`] (the party's share database), [`dot`] (the engine
 //!   interface), [`engine`] (CPU and GPU engines).
 //! - The pipeline: [`pipeline`] (one party's batch), [`requests`] (request types to pipeline
@@ -25,8 +27,10 @@
 pub mod bench;
 pub mod binary;
 pub mod bits;
+pub mod circuit;
 pub mod compare;
 pub mod db;
+pub mod device;
 pub mod dot;
 pub mod engine;
 pub mod error;

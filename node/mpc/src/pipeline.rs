@@ -26,11 +26,11 @@ use sdk_orb::{CODE_COEFS, MASK_COEFS};
 pub use query::PreparedQuery;
 
 use crate::bits::{plane_to_bits, words_for};
+use crate::circuit::{Circuit, SharedBits};
 use crate::db::{MatchDb, Part};
 use crate::dot::DotEngine;
 use crate::network::{NetworkError, Transport};
 use crate::session::Session;
-use crate::share::Replicated;
 use reduce::run_pass;
 use sdk_orb::rotation::ROTATION_COUNT;
 
@@ -220,19 +220,40 @@ impl PassInputs {
     }
 }
 
-/// Runs the pipeline for one batch; every party calls it with its own shares, the same
-/// requests, the same database entries and the same configuration.
+/// [`evaluate`] where the engine says: on the GPU engine's first device for a GPU engine
+/// ([`crate::device::DeviceCircuit`]), on the host otherwise. The results, messages and
+/// stream draws are the same either way.
 ///
 /// # Errors
 /// Transport failures; then no result of the batch may be used.
-pub fn evaluate<T: Transport>(
+pub fn evaluate_batch<T: Transport>(
     session: &mut Session<'_, T>,
     engine: &dyn DotEngine,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
     config: &PipelineConfig,
 ) -> Result<Vec<MatchResult>, NetworkError> {
-    let party = session.party();
+    #[cfg(feature = "gpu")]
+    if let Some(gpu) = engine.as_gpu() {
+        let mut circuit = crate::device::DeviceCircuit::new(session, gpu.kernels());
+        return evaluate(&mut circuit, engine, db, requests, config);
+    }
+    evaluate(session, engine, db, requests, config)
+}
+
+/// Runs the pipeline for one batch on `circuit`; every party calls it with its own shares,
+/// the same requests, the same database entries and the same configuration.
+///
+/// # Errors
+/// Transport failures; then no result of the batch may be used.
+pub fn evaluate<C: Circuit>(
+    circuit: &mut C,
+    engine: &dyn DotEngine,
+    db: &MatchDb,
+    requests: &[PipelineRequest<'_>],
+    config: &PipelineConfig,
+) -> Result<Vec<MatchResult>, NetworkError> {
+    let party = circuit.party();
     let prepared: Vec<Option<PreparedQuery>> = requests
         .iter()
         .map(|r| {
@@ -249,11 +270,11 @@ pub fn evaluate<T: Transport>(
         .collect();
     let mut results = vec![MatchResult::default(); requests.len()];
     // [request][..] OR accumulators: the plain pairs (privacy-max), then the mirrored pairs.
-    let mut any_shared = Replicated::zeros(2 * words_for(requests.len()));
+    let mut any_shared = circuit.zeros(2 * words_for(requests.len()));
 
     if let Some(pass) = batch_pass(engine, db, requests, &prepared) {
         run_pass(
-            session,
+            circuit,
             pass,
             requests,
             config,
@@ -280,7 +301,7 @@ pub fn evaluate<T: Transport>(
         for start in (0..db.len()).step_by(chunk) {
             let pass = database_pass(engine, db, &queries, start..(start + chunk).min(db.len()));
             run_pass(
-                session,
+                circuit,
                 pass,
                 requests,
                 config,
@@ -299,7 +320,7 @@ pub fn evaluate<T: Transport>(
         } else {
             rw..2 * rw
         };
-        let opened = session.open_bits(&any_shared.slice(half.clone()))?;
+        let opened = circuit.open(&any_shared.slice(half.clone()))?;
         let bits = plane_to_bits(&opened, (half.end - half.start) * 64);
         let base = if config.privacy_max { 0 } else { rw * 64 };
         for (j, r) in results.iter_mut().enumerate() {

@@ -75,7 +75,55 @@ fn draw<const B: usize, T>(rng: &mut ChaCha12Rng, n: usize, from: fn([u8; B]) ->
         .collect()
 }
 
+/// One of a party's two streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Neighbour {
+    /// The stream shared with the next party.
+    Next,
+    /// The stream shared with the previous party.
+    Prev,
+}
+
+/// A run of a stream that a kernel device draws itself: the ChaCha12 key and the word (u32)
+/// position where the run starts.
+pub struct StreamRun {
+    /// The key, as eight little-endian u32 words.
+    pub key: Zeroizing<[u32; 8]>,
+    /// The position of the run's first word in the stream.
+    pub word_pos: u64,
+}
+
+impl core::fmt::Debug for StreamRun {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("StreamRun")
+            .field("word_pos", &self.word_pos)
+            .finish_non_exhaustive()
+    }
+}
+
 impl CorrelatedRandomness {
+    /// The next `words` u32 words of a stream, for a device to draw: the stream moves past
+    /// them as if they had been drawn here, so host and device draws interleave exactly.
+    /// A draw here of `n` bytes takes `ceil(n / 4)` words.
+    ///
+    /// # Panics
+    /// Past 2^64 words of one stream (2^66 bytes).
+    pub fn take_words(&mut self, which: Neighbour, words: u64) -> StreamRun {
+        let rng = match which {
+            Neighbour::Next => &mut self.next,
+            Neighbour::Prev => &mut self.prev,
+        };
+        let start = rng.get_word_pos();
+        let word_pos = u64::try_from(start).expect("a stream shorter than 2^64 words");
+        rng.set_word_pos(start + u128::from(words));
+        let seed = Zeroizing::new(rng.get_seed());
+        let mut key = Zeroizing::new([0u32; 8]);
+        for (k, bytes) in key.iter_mut().zip(seed.chunks_exact(4)) {
+            *k = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        StreamRun { key, word_pos }
+    }
+
     /// From the seed shared with the next party and the one shared with the previous party.
     pub fn from_seeds(next: &[u8; 32], prev: &[u8; 32]) -> CorrelatedRandomness {
         CorrelatedRandomness {

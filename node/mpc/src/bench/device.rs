@@ -3,7 +3,8 @@
 //!
 //! Rates are wall-clock and per party-accelerator: what one party does per second while the
 //! three share the device, times three. The measuring is engine-agnostic (tests run it on CPU
-//! engines); only the engines and the GEMM probe are the GPU's.
+//! engines and on the host-run kernels); only the engines, the comparison-phase kernels and
+//! the GEMM probe are the GPU's.
 
 use std::time::Instant;
 
@@ -14,13 +15,17 @@ use sdk_orb::rotation::ROTATION_COUNT;
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{CODE_COEFS, MASK_COEFS};
 
-use crate::compare::{match_bits, or_blocks};
+use crate::circuit::Circuit;
+use crate::compare::or_blocks;
 use crate::db::MatchDb;
 use crate::db::Part;
+use crate::device::{DeviceCircuit, KernelDevice};
 use crate::dot::DotEngine;
 use crate::error::EngineError;
-use crate::local::{additive_u16, run_three};
-use crate::pipeline::{evaluate, PipelineConfig, PipelineRequest, Target};
+use crate::local::{additive_u16, run_three, Recording};
+use crate::network::NetworkError;
+use crate::pipeline::{evaluate, MatchResult, PipelineConfig, PipelineRequest, Target};
+use crate::session::Session;
 use crate::synthetic::random_shares;
 
 /// Sizes of a run.
@@ -57,7 +62,9 @@ pub struct DeviceBenchReport {
     pub dot_per_party_device: f64,
     /// The same in 12,800-element products (1.5 per comparison).
     pub dot_12800_per_party_device: f64,
-    /// Comparison phase (split, lift, MSB, OR over rotations; on the host's CPU threads).
+    /// Where the comparison phase ran.
+    pub comparison_on: String,
+    /// Comparison phase (split, lift, MSB, OR over rotations).
     pub compare_per_party_device: f64,
     /// The whole pipeline of a batch.
     pub pipeline_per_party_device: f64,
@@ -98,8 +105,9 @@ impl std::fmt::Display for DeviceBenchReport {
         )?;
         writeln!(
             f,
-            "  comparison phase    {:>12} (host CPU threads)",
-            g(self.compare_per_party_device)
+            "  comparison phase    {:>12} (on {})",
+            g(self.compare_per_party_device),
+            self.comparison_on
         )?;
         writeln!(
             f,
@@ -125,11 +133,128 @@ impl std::fmt::Display for DeviceBenchReport {
 /// Int8 operations per comparison: three GEMMs over 12,800 + 6,400 elements, two per MAC.
 const INT8_OPS_PER_COMPARISON: f64 = (3 * 2 * (CODE_COEFS + MASK_COEFS)) as f64;
 
-/// Runs the phases on `engines` (one per party, sharing a device); `peak` is the device's
-/// data-sheet int8 peak and `gemm_ops` the GEMM probe's figure, where known.
+/// Where the three parties run their comparison phase.
+pub trait ComparisonPlace: Sync {
+    /// For the report.
+    fn label(&self) -> String;
+
+    /// Party `party`'s match bits and their OR over rotations.
+    ///
+    /// # Errors
+    /// Transport failures.
+    fn compare(
+        &self,
+        party: usize,
+        session: &mut Session<'_, Recording>,
+        cd: &[u16],
+        md: &[u16],
+        a: u32,
+    ) -> Result<(), NetworkError>;
+
+    /// Party `party`'s pipeline for one batch.
+    ///
+    /// # Errors
+    /// Transport failures.
+    fn evaluate(
+        &self,
+        party: usize,
+        session: &mut Session<'_, Recording>,
+        engine: &dyn DotEngine,
+        db: &MatchDb,
+        requests: &[PipelineRequest<'_>],
+        config: &PipelineConfig,
+    ) -> Result<Vec<MatchResult>, NetworkError>;
+}
+
+fn compare_and_or<C: Circuit>(
+    circuit: &mut C,
+    cd: &[u16],
+    md: &[u16],
+    a: u32,
+) -> Result<(), NetworkError> {
+    let bits = circuit.match_bits(cd, md, a)?;
+    or_blocks(circuit, &bits, ROTATION_COUNT).map(drop)
+}
+
+/// The comparison phase on the host's CPU threads.
+#[derive(Debug)]
+pub struct OnHost;
+
+impl ComparisonPlace for OnHost {
+    fn label(&self) -> String {
+        "host CPU threads".into()
+    }
+
+    fn compare(
+        &self,
+        _party: usize,
+        session: &mut Session<'_, Recording>,
+        cd: &[u16],
+        md: &[u16],
+        a: u32,
+    ) -> Result<(), NetworkError> {
+        compare_and_or(session, cd, md, a)
+    }
+
+    fn evaluate(
+        &self,
+        _party: usize,
+        session: &mut Session<'_, Recording>,
+        engine: &dyn DotEngine,
+        db: &MatchDb,
+        requests: &[PipelineRequest<'_>],
+        config: &PipelineConfig,
+    ) -> Result<Vec<MatchResult>, NetworkError> {
+        evaluate(session, engine, db, requests, config)
+    }
+}
+
+/// The comparison phase on kernel devices, one per party.
+#[derive(Debug)]
+pub struct OnDevices<D: KernelDevice>(pub [std::sync::Arc<D>; 3], pub String);
+
+impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
+    fn label(&self) -> String {
+        self.1.clone()
+    }
+
+    fn compare(
+        &self,
+        party: usize,
+        session: &mut Session<'_, Recording>,
+        cd: &[u16],
+        md: &[u16],
+        a: u32,
+    ) -> Result<(), NetworkError> {
+        compare_and_or(
+            &mut DeviceCircuit::new(session, self.0[party].clone()),
+            cd,
+            md,
+            a,
+        )
+    }
+
+    fn evaluate(
+        &self,
+        party: usize,
+        session: &mut Session<'_, Recording>,
+        engine: &dyn DotEngine,
+        db: &MatchDb,
+        requests: &[PipelineRequest<'_>],
+        config: &PipelineConfig,
+    ) -> Result<Vec<MatchResult>, NetworkError> {
+        let mut circuit = DeviceCircuit::new(session, self.0[party].clone());
+        evaluate(&mut circuit, engine, db, requests, config)
+    }
+}
+
+/// Runs the phases on `engines` (one per party, sharing a device), the comparison phase at
+/// `place`; `peak` is the device's data-sheet int8 peak and `gemm_ops` the GEMM probe's
+/// figure, where known.
 pub fn run(
     config: DeviceBenchConfig,
     engines: [&dyn DotEngine; 3],
+    place: &dyn ComparisonPlace,
     (gemm_ops, peak): (f64, Option<f64>),
     mut progress: impl FnMut(&str),
 ) -> Result<DeviceBenchReport, EngineError> {
@@ -196,8 +321,9 @@ pub fn run(
     let started = Instant::now();
     run_three(1, |s| {
         let i = s.party().index();
-        let bits = match_bits(s, &cd_shares[i], &md_shares[i], a).expect("in-memory network");
-        or_blocks(s, &bits, ROTATION_COUNT).expect("in-memory network")
+        place
+            .compare(i, s, &cd_shares[i], &md_shares[i], a)
+            .expect("in-memory network");
     });
     let compare_rate = 3.0 * comparisons as f64 / started.elapsed().as_secs_f64();
     drop((cd_shares, md_shares));
@@ -224,7 +350,9 @@ pub fn run(
                 rules: Default::default(),
             })
             .collect();
-        evaluate(s, engines[i], &db, &requests, &pipeline_config).expect("in-memory network")
+        place
+            .evaluate(i, s, engines[i], &db, &requests, &pipeline_config)
+            .expect("in-memory network")
     });
     let pipeline_seconds = started.elapsed().as_secs_f64();
     let pipeline_comparisons = (2 * rows * p) as f64;
@@ -235,6 +363,7 @@ pub fn run(
 
     Ok(DeviceBenchReport {
         engine: engines[0].name(),
+        comparison_on: place.label(),
         db_entries: n,
         pipeline_entries: p,
         queries: q,
@@ -269,9 +398,18 @@ pub fn run_gpu(
     progress("int8 GEMM probe");
     let gemm_ops = engines[0].gemm_ops_per_second(16_384, 4_096, CODE_COEFS, 10)?;
     let peak = int8_dense_peak(&engines[0].device_name()?);
+    let place = OnDevices(
+        [
+            engines[0].kernels(),
+            engines[1].kernels(),
+            engines[2].kernels(),
+        ],
+        format!("the GPU, {}", engines[0].device_name()?),
+    );
     run(
         config,
         [&engines[0], &engines[1], &engines[2]],
+        &place,
         (gemm_ops, peak),
         progress,
     )
@@ -294,11 +432,28 @@ mod tests {
             compare_comparisons: 1_000,
             max_pass_comparisons: 200,
         };
-        let report = run(config, [&cpu, &cpu, &cpu], (1e12, Some(2e12)), |_| {})
-            .expect("bench on CPU engines");
+        let report = run(
+            config,
+            [&cpu, &cpu, &cpu],
+            &OnHost,
+            (1e12, Some(2e12)),
+            |_| {},
+        )
+        .expect("bench on CPU engines");
         assert_eq!(report.pipeline_entries, 5);
         assert!(report.dot_per_party_device > 0.0 && report.pipeline_per_party_device > 0.0);
         assert_eq!(report.gemm_peak_fraction, Some(0.5));
         assert!(report.bytes_per_comparison > 1.0, "{report}");
+
+        // The comparison phase on the host-run kernels sends exactly what the host path does.
+        #[cfg(feature = "host-kernels")]
+        {
+            let dev = std::sync::Arc::new(crate::device::host::HostDevice);
+            let place = OnDevices([dev.clone(), dev.clone(), dev], "host-run kernels".into());
+            let on_kernels = run(config, [&cpu, &cpu, &cpu], &place, (1e12, None), |_| {})
+                .expect("bench on the host-run kernels");
+            assert_eq!(on_kernels.bytes_per_comparison, report.bytes_per_comparison);
+            assert!(on_kernels.to_string().contains("on host-run kernels"));
+        }
     }
 }

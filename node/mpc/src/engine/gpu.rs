@@ -12,11 +12,13 @@
 
 mod blas;
 mod buffers;
+pub mod circuit;
 mod datasheet;
 mod device;
 pub mod error;
 mod rows;
 
+pub use circuit::CudaKernels;
 pub use datasheet::int8_dense_peak;
 pub use error::GpuError;
 
@@ -128,6 +130,13 @@ impl GpuEngine {
         Ok(state.devices[0].ctx.name()?)
     }
 
+    /// The comparison-phase kernels of the first device, where a node on this engine runs
+    /// its comparison phase ([`crate::device::DeviceCircuit`]).
+    pub fn kernels(&self) -> std::sync::Arc<CudaKernels> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.devices[0].kernels.clone()
+    }
+
     /// Brings the resident database to `db` now (at start, after loading the store), rather
     /// than at the first batch.
     ///
@@ -168,6 +177,10 @@ impl GpuEngine {
 impl DotEngine for GpuEngine {
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn as_gpu(&self) -> Option<&GpuEngine> {
+        Some(self)
     }
 
     fn prepare(&self, db: &MatchDb) -> Result<(), EngineError> {

@@ -77,9 +77,35 @@ fn every_cpu_kernel_matches_the_reference() {
 /// one-eye matches under both policies, an intra-batch duplicate, a single-entry target) run
 /// through the whole pipeline on `engines`, one per party. Engines must agree bit for bit.
 pub fn pipeline_outcomes(engines: [&dyn DotEngine; 3]) -> [Vec<crate::pipeline::MatchResult>; 3] {
+    pipeline_outcomes_with(engines, 37, |s, engine, db, requests, config| {
+        crate::pipeline::evaluate(s, engine, db, requests, config)
+    })
+}
+
+/// [`pipeline_outcomes`] with the first `enrolled` of its 37 people in the database (the
+/// single-entry target becomes a database target where entry 5 is missing), each party's
+/// batch run by `run` (the pipeline on a given circuit).
+///
+/// # Panics
+/// If a party's run fails.
+pub fn pipeline_outcomes_with<F>(
+    engines: [&dyn DotEngine; 3],
+    enrolled: usize,
+    run: F,
+) -> [Vec<crate::pipeline::MatchResult>; 3]
+where
+    F: Fn(
+            &mut crate::Session<'_, crate::local::Recording>,
+            &dyn DotEngine,
+            &crate::MatchDb,
+            &[crate::pipeline::PipelineRequest<'_>],
+            &crate::pipeline::PipelineConfig,
+        ) -> Result<Vec<crate::pipeline::MatchResult>, crate::NetworkError>
+        + Sync,
+{
     use crate::db::MatchDb;
     use crate::local::run_three;
-    use crate::pipeline::{evaluate, PipelineConfig, PipelineRequest, Target};
+    use crate::pipeline::{PipelineConfig, PipelineRequest, Target};
     use crate::synthetic::{eye, recapture, share_person};
 
     let mut rng = ChaCha20Rng::seed_from_u64(0x9e);
@@ -104,14 +130,14 @@ pub fn pipeline_outcomes(engines: [&dyn DotEngine; 3]) -> [Vec<crate::pipeline::
             .map(|(l, r)| share_person(&mut rng, l, r))
             .collect::<Vec<_>>()
     };
-    let (enrolled, asked) = (share_all(&people), share_all(&queries));
+    let (shared_people, asked) = (share_all(&people), share_all(&queries));
     let mut config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
     // Several database passes.
     config.max_pass_comparisons = 5_000;
     run_three(5, |s| {
         let i = s.party().index();
         let mut db = MatchDb::new();
-        for (d, person) in enrolled.iter().enumerate() {
+        for (d, person) in shared_people.iter().take(enrolled).enumerate() {
             db.push(d as u64 + 1, &person[i]);
         }
         let requests: Vec<PipelineRequest<'_>> = asked
@@ -119,7 +145,7 @@ pub fn pipeline_outcomes(engines: [&dyn DotEngine; 3]) -> [Vec<crate::pipeline::
             .enumerate()
             .map(|(j, person)| PipelineRequest {
                 shares: &person[i],
-                target: if j == 5 {
+                target: if j == 5 && enrolled > 5 {
                     Target::Entry(5)
                 } else {
                     Target::Database
@@ -130,7 +156,7 @@ pub fn pipeline_outcomes(engines: [&dyn DotEngine; 3]) -> [Vec<crate::pipeline::
                 rules: Default::default(),
             })
             .collect();
-        evaluate(s, engines[i], &db, &requests, &config).expect("pipeline")
+        run(s, engines[i], &db, &requests, &config).expect("pipeline")
     })
     .map(|(results, _, _)| results)
 }

@@ -14,8 +14,8 @@
 //!
 //! where `G` is the i8 dot product (|G| < 2^14 len, exact in i32 for every length here) and
 //! `S` a sum of shifted bytes. The hi*hi term vanishes mod 2^16, and each vector's correction
-//! `c` is computed once, when it is uploaded. The CUDA `combine` kernel evaluates the second
-//! line; the tests here check the identity bit for bit on the CPU.
+//! `c` is computed once, when it is uploaded. The CUDA `combine` kernel (`kernels/dot.cu`)
+//! evaluates the second line; the tests here check the identity bit for bit on the CPU.
 
 /// Splits `v` into shifted low and high bytes; returns the vector's correction `c(v)`.
 ///
@@ -54,34 +54,6 @@ pub fn combine(g_ll: i32, g_cross: i32, c_db: u16, c_query: u16, length_term: u1
         .wrapping_add(c_query as u32)
         .wrapping_add(length_term as u32) as u16
 }
-
-/// The CUDA source of the GPU engine's kernels: the formula above, over the GEMMs' outputs.
-///
-/// `ll` and `cross` are column-major `m_pad x n` (entry `(d, q)` at `q * m_pad + d`), the
-/// layout cuBLAS writes for `DB^T * Q`; `out` is row-major `n x m`, the engine's output layout.
-#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
-pub(crate) const KERNELS_CU: &str = r#"
-extern "C" __global__ void combine(
-    const int* __restrict__ ll,
-    const int* __restrict__ cross,
-    const unsigned short* __restrict__ c_db,
-    const unsigned short* __restrict__ c_query,
-    unsigned short* __restrict__ out,
-    unsigned int m,
-    unsigned int m_pad,
-    unsigned int n,
-    unsigned int length_term)
-{
-    unsigned int d = blockIdx.x * blockDim.x + threadIdx.x;
-    if (d >= m) return;
-    for (unsigned int q = blockIdx.y; q < n; q += gridDim.y) {
-        unsigned long long i = (unsigned long long)q * m_pad + d;
-        unsigned int v = (unsigned int)ll[i] + ((unsigned int)cross[i] << 8)
-            + c_db[d] + c_query[q] + length_term;
-        out[(unsigned long long)q * m + d] = (unsigned short)v;
-    }
-}
-"#;
 
 #[cfg(test)]
 mod tests {

@@ -5,29 +5,28 @@
 
 use super::{Against, MatchResult, PassInputs, PipelineConfig, PipelineRequest};
 use crate::bits::{plane_to_bits, words_for};
-use crate::compare::{match_bits, or, or_blocks};
-use crate::network::{NetworkError, Transport};
-use crate::session::Session;
-use crate::share::Replicated;
+use crate::circuit::{Circuit, SharedBits};
+use crate::compare::{or, or_blocks};
+use crate::network::NetworkError;
 use sdk_orb::rotation::ROTATION_COUNT;
 
 /// Runs one pass. `any_shared` holds two blocks of `words_for(requests.len())` words: the
 /// plain pairs' OR per request (privacy-max), then the mirrored pairs' OR per request.
-pub(super) fn run_pass<T: Transport>(
-    session: &mut Session<'_, T>,
+pub(super) fn run_pass<C: Circuit>(
+    circuit: &mut C,
     pass: PassInputs,
     requests: &[PipelineRequest<'_>],
     config: &PipelineConfig,
     results: &mut [MatchResult],
-    any_shared: &mut Replicated<u64>,
+    any_shared: &mut C::Bits,
 ) -> Result<(), NetworkError> {
     let w = pass.padded / 64;
-    let bits = match_bits(session, &pass.cd, &pass.md, config.threshold_a)?;
+    let bits = circuit.match_bits(&pass.cd, &pass.md, config.threshold_a)?;
     // [rotation][eye][pair] -> [eye][pair]
-    let per_eye = or_blocks(session, &bits, ROTATION_COUNT)?;
+    let per_eye = or_blocks(circuit, &bits, ROTATION_COUNT)?;
     let left = per_eye.slice(0..w);
     let right = per_eye.slice(w..2 * w);
-    let both = session.and(&left, &right)?;
+    let both = circuit.and(&left, &right)?;
     // OR rule: l ^ r ^ (l & r); the rule is public per pair, so masking is local.
     let mut policy = vec![0u64; w];
     for (p, &(j, against)) in pass.pairs.iter().enumerate() {
@@ -46,11 +45,11 @@ pub(super) fn run_pass<T: Transport>(
             .collect();
         if !plain.is_empty() {
             let to_open = if has_mirror {
-                gather_bits(&person, &plain.iter().map(|&p| Some(p)).collect::<Vec<_>>())
+                person.gather(&plain.iter().map(|&p| Some(p)).collect::<Vec<_>>())
             } else {
                 person.clone()
             };
-            let opened = session.open_bits(&to_open)?;
+            let opened = circuit.open(&to_open)?;
             for (i, bit) in plane_to_bits(&opened, plain.len()).into_iter().enumerate() {
                 if bit {
                     let (j, against) = pass.pairs[plain[i]];
@@ -88,24 +87,9 @@ pub(super) fn run_pass<T: Transport>(
         }
         let slots = slot_pairs.len();
         let positions: Vec<Option<usize>> = slot_pairs.into_iter().flatten().collect();
-        let gathered = gather_bits(&person, &positions);
-        let per_request = or_blocks(session, &gathered, slots)?;
-        *any_shared = or(session, any_shared, &per_request)?;
+        let gathered = person.gather(&positions);
+        let per_request = or_blocks(circuit, &gathered, slots)?;
+        *any_shared = or(circuit, any_shared, &per_request)?;
     }
     Ok(())
-}
-
-/// A new shared bit vector whose bit `i` is bit `positions[i]` of `x` (or a shared zero).
-/// Local: every party permutes its components the same way.
-fn gather_bits(x: &Replicated<u64>, positions: &[Option<usize>]) -> Replicated<u64> {
-    let pick = |words: &[u64]| -> Vec<u64> {
-        let mut out = vec![0u64; words_for(positions.len())];
-        for (i, p) in positions.iter().enumerate() {
-            if let Some(p) = p {
-                out[i / 64] |= ((words[p / 64] >> (p % 64)) & 1) << (i % 64);
-            }
-        }
-        out
-    };
-    Replicated::new(pick(&x.own), pick(&x.prev))
 }

@@ -7,7 +7,7 @@ use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation
 use cudarc::cublas::CudaBlas;
 use cudarc::nvrtc::CompileError;
 
-use crate::engine::split::KERNELS_CU;
+use crate::device::KERNELS_CU;
 
 /// `C = A^T B + beta C` in column-major storage: `A` is `k x m` (one database vector per
 /// column), op T makes it `m x k`; `B` is `k x n` (one query per column); `C` is `m x n`, i32.

@@ -11,6 +11,7 @@ use cudarc::driver::{
 
 use super::blas::*;
 use super::buffers::*;
+use super::circuit::CudaKernels;
 use super::error::GpuError;
 use crate::engine::split::length_term;
 
@@ -19,6 +20,8 @@ pub(super) struct Device {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     pub(super) combine: CudaFunction,
+    /// The comparison phase's kernels, on a stream of their own.
+    pub(super) kernels: Arc<CudaKernels>,
     pub(super) blas: CudaBlas,
     pub(super) scratch: Scratch,
 }
@@ -28,13 +31,16 @@ impl Device {
         let ctx = CudaContext::new(ordinal)?;
         let stream = ctx.new_stream()?;
         let ptx = compile_kernels(None)?;
-        let combine = ctx.load_module(ptx)?.load_function(COMBINE_KERNEL)?;
+        let module = ctx.load_module(ptx)?;
+        let combine = module.load_function(COMBINE_KERNEL)?;
+        let kernels = Arc::new(CudaKernels::new(&ctx, &module)?);
         let blas = CudaBlas::new(stream.clone())?;
         let scratch = Scratch::new(&stream)?;
         Ok(Device {
             ctx,
             stream,
             combine,
+            kernels,
             blas,
             scratch,
         })
@@ -102,7 +108,7 @@ impl Device {
             .arg(&m_pad32)
             .arg(&n32)
             .arg(&length);
-        // SAFETY: the argument list matches `combine`'s signature in KERNELS_CU; every index
+        // SAFETY: the argument list matches `combine`'s signature in kernels/dot.cu; every index
         // the kernel forms is below the sizes ensured above.
         unsafe { launch.launch(config) }?;
         stream.memcpy_dtoh(&outputs.out.slice(0..m * n), out)?;

@@ -17,8 +17,8 @@ fn engine_or_skip(test: &str) -> Option<GpuEngine> {
     }
 }
 
-/// The kernel source compiles as each device compiles it at start, and for the
-/// architectures the engine is run on (A100, H100 and H200), with the entry point the
+/// The kernel sources compile as each device compiles them at start, and for the
+/// architectures the engine is run on (A100, H100 and H200), with every entry point the
 /// device loads. NVRTC needs no driver or device, so this runs wherever libnvrtc loads: CI
 /// installs it from the `nvidia-cuda-nvrtc-cu12` wheel.
 #[test]
@@ -32,10 +32,12 @@ fn kernels_compile_with_nvrtc() {
         let ptx = compile_kernels(arch)
             .unwrap_or_else(|e| panic!("{arch:?}: {e:?}"))
             .to_src();
-        assert!(
-            ptx.contains(&format!(".entry {COMBINE_KERNEL}(")),
-            "{arch:?}: no {COMBINE_KERNEL} entry point in\n{ptx}"
-        );
+        for name in crate::device::KERNEL_NAMES.iter().chain([&COMBINE_KERNEL]) {
+            assert!(
+                ptx.contains(&format!(".entry {name}(")),
+                "{arch:?}: no {name} entry point in\n{ptx}"
+            );
+        }
         println!(
             "kernels_compile_with_nvrtc: {}, {} bytes of PTX",
             arch.unwrap_or("NVRTC's default architecture"),
@@ -128,4 +130,20 @@ fn pipeline_results_equal_on_gpu_and_cpu() {
     let on_gpu = crate::engine::parity::pipeline_outcomes([&gpus[0], &gpus[1], &gpus[2]]);
     let on_cpu = crate::engine::parity::pipeline_outcomes([&cpu, &cpu, &cpu]);
     assert_eq!(on_gpu, on_cpu);
+}
+
+/// The device parity suite (the comparison phase's kernels against the host path) on the
+/// GPU: the same checks the host-run kernels pass in CI.
+#[test]
+fn the_comparison_phase_on_the_gpu_passes_the_device_parity_suite() {
+    let Some(gpu) =
+        engine_or_skip("the_comparison_phase_on_the_gpu_passes_the_device_parity_suite")
+    else {
+        return;
+    };
+    use crate::device::parity;
+    parity::device_streams_equal_the_host_streams(gpu.kernels());
+    parity::the_comparison_phase_on_the_device_equals_the_host_path(gpu.kernels());
+    parity::or_trees_and_opening_on_the_device_equal_the_host_path(gpu.kernels());
+    parity::pipeline_results_equal_with_the_comparison_phase_on_the_device(gpu.kernels());
 }

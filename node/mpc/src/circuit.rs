@@ -1,0 +1,129 @@
+//! What the comparison phase's circuits need of the place their shares live: shared bit
+//! vectors with local word operations ([`SharedBits`]), and a party that can AND and open them
+//! and turn dot-product shares into match bits ([`Circuit`]). The carry, the OR trees, the eye
+//! rule and the opening are written once against these; a [`Session`] runs them on shares in
+//! host memory, [`crate::device::DeviceCircuit`] on shares in a kernel device's memory.
+
+use sdk_orb::PartyId;
+
+use crate::bits::words_for;
+use crate::network::{NetworkError, Transport};
+use crate::session::Session;
+use crate::share::Replicated;
+
+/// A party's replicated share of a bit-sliced vector, `words()` u64 words long. Every
+/// operation is local.
+pub trait SharedBits: Clone {
+    /// Length in words.
+    fn words(&self) -> usize;
+    /// Words `range`.
+    fn slice(&self, range: core::ops::Range<usize>) -> Self;
+    /// XOR of two equally long vectors.
+    fn xor(&self, other: &Self) -> Self;
+    /// Concatenation; `parts` is not empty.
+    fn concat(parts: &[&Self]) -> Self;
+    /// AND with a public vector of the same length.
+    fn and_public(&self, mask: &[u64]) -> Self;
+    /// A vector of `positions.len()` bits whose bit `i` is bit `positions[i]` of this one, or
+    /// a shared zero where `None`.
+    fn gather(&self, positions: &[Option<usize>]) -> Self;
+}
+
+/// One party's side of the comparison phase's circuits.
+pub trait Circuit {
+    /// Where the shared bits live.
+    type Bits: SharedBits;
+
+    /// This party.
+    fn party(&self) -> PartyId;
+
+    /// The all-zero sharing of `words` words.
+    fn zeros(&mut self, words: usize) -> Self::Bits;
+
+    /// AND of equally long shared bit vectors. One round.
+    ///
+    /// # Errors
+    /// Transport failures.
+    fn and(&mut self, x: &Self::Bits, y: &Self::Bits) -> Result<Self::Bits, NetworkError>;
+
+    /// Opens shared bit words to all three parties. One round.
+    ///
+    /// # Errors
+    /// Transport failures.
+    fn open(&mut self, x: &Self::Bits) -> Result<Vec<u64>, NetworkError>;
+
+    /// Shared match bits (one plane) for additive dot-product shares over Z_{2^16}:
+    /// `2^16 cd > A md` ([`crate::compare::compare`]).
+    ///
+    /// # Errors
+    /// Transport failures.
+    fn match_bits(&mut self, cd: &[u16], md: &[u16], a: u32) -> Result<Self::Bits, NetworkError>;
+}
+
+impl SharedBits for Replicated<u64> {
+    fn words(&self) -> usize {
+        self.len()
+    }
+
+    fn slice(&self, range: core::ops::Range<usize>) -> Self {
+        Replicated::slice(self, range)
+    }
+
+    fn xor(&self, other: &Self) -> Self {
+        Replicated::xor(self, other)
+    }
+
+    fn concat(parts: &[&Self]) -> Self {
+        Replicated::concat(parts)
+    }
+
+    fn and_public(&self, mask: &[u64]) -> Self {
+        Replicated::and_public(self, mask)
+    }
+
+    fn gather(&self, positions: &[Option<usize>]) -> Self {
+        let pick = |words: &[u64]| -> Vec<u64> {
+            let mut out = vec![0u64; words_for(positions.len())];
+            for (i, p) in positions.iter().enumerate() {
+                if let Some(p) = p {
+                    out[i / 64] |= ((words[p / 64] >> (p % 64)) & 1) << (i % 64);
+                }
+            }
+            out
+        };
+        Replicated::new(pick(&self.own), pick(&self.prev))
+    }
+}
+
+impl<T: Transport> Circuit for Session<'_, T> {
+    type Bits = Replicated<u64>;
+
+    fn party(&self) -> PartyId {
+        Session::party(self)
+    }
+
+    fn zeros(&mut self, words: usize) -> Replicated<u64> {
+        Replicated::zeros(words)
+    }
+
+    fn and(
+        &mut self,
+        x: &Replicated<u64>,
+        y: &Replicated<u64>,
+    ) -> Result<Replicated<u64>, NetworkError> {
+        Session::and(self, x, y)
+    }
+
+    fn open(&mut self, x: &Replicated<u64>) -> Result<Vec<u64>, NetworkError> {
+        self.open_bits(x)
+    }
+
+    fn match_bits(
+        &mut self,
+        cd: &[u16],
+        md: &[u16],
+        a: u32,
+    ) -> Result<Replicated<u64>, NetworkError> {
+        crate::compare::match_bits(self, cd, md, a)
+    }
+}
