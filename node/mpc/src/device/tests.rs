@@ -7,7 +7,7 @@ use super::host::HostDevice;
 use super::parity;
 use super::*;
 use crate::dot::DotEngine;
-use crate::engine::split::{length_term, split_bytes};
+use crate::engine::split::{length_term, ReferenceProducts};
 
 fn host() -> Arc<HostDevice> {
     Arc::new(HostDevice)
@@ -44,39 +44,23 @@ impl DotEngine for HostCombine {
     }
 
     fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
-        let split = |v: &[u16]| {
-            v.chunks_exact(len)
-                .map(|row| {
-                    let (mut lo, mut hi) = (vec![0i8; len], vec![0i8; len]);
-                    let c = split_bytes(row, &mut lo, &mut hi);
-                    (lo, hi, c)
-                })
-                .collect::<Vec<_>>()
-        };
-        let (q, d) = (split(queries), split(db));
-        let (n, m) = (q.len(), d.len());
+        let r = ReferenceProducts::of(queries, db, len);
+        let (n, m) = (r.c_query.len(), r.c_db.len());
+        // cuBLAS's layout: column-major m_pad x n.
         let m_pad = m.div_ceil(4) * 4;
-        let i8_dot = |a: &[i8], b: &[i8]| -> i32 {
-            a.iter()
-                .zip(b)
-                .map(|(&x, &y)| i32::from(x) * i32::from(y))
-                .sum()
-        };
         let (mut ll, mut cross) = (vec![0u32; m_pad * n], vec![0u32; m_pad * n]);
-        for (qi, (q_lo, q_hi, _)) in q.iter().enumerate() {
-            for (di, (d_lo, d_hi, _)) in d.iter().enumerate() {
-                ll[qi * m_pad + di] = i8_dot(d_lo, q_lo) as u32;
-                cross[qi * m_pad + di] = i8_dot(d_lo, q_hi).wrapping_add(i8_dot(d_hi, q_lo)) as u32;
+        for q in 0..n {
+            for d in 0..m {
+                ll[q * m_pad + d] = r.ll[q * m + d] as u32;
+                cross[q * m_pad + d] = r.cross[q * m + d] as u32;
             }
         }
         let dev = &self.0;
-        let c_db: Vec<u16> = d.iter().map(|r| r.2).collect();
-        let c_q: Vec<u16> = q.iter().map(|r| r.2).collect();
         let bufs = (
             DeviceVec::from_u32(dev, &ll),
             DeviceVec::from_u32(dev, &cross),
-            DeviceVec::from_u16(dev, &c_db),
-            DeviceVec::from_u16(dev, &c_q),
+            DeviceVec::from_u16(dev, &r.c_db),
+            DeviceVec::from_u16(dev, &r.c_query),
             DeviceVec::zeroed(dev, 2 * n * m),
         );
         if n * m > 0 {

@@ -55,6 +55,57 @@ pub fn combine(g_ll: i32, g_cross: i32, c_db: u16, c_query: u16, length_term: u1
         .wrapping_add(length_term as u32) as u16
 }
 
+/// The three GEMMs' outputs, as the GPU forms them, computed on the CPU: for query `q` and
+/// database vector `d` (row-major, `q * m + d`) the i32 products `lo*lo` and
+/// `lo*hi + hi*lo`, and each vector's correction. The tests run the formula and the `combine`
+/// kernel on these.
+/// The i8 dot product with i32 accumulation, as a tensor-core GEMM forms each entry.
+#[cfg(test)]
+fn i8_dot(a: &[i8], b: &[i8]) -> i32 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
+
+#[cfg(test)]
+pub(crate) struct ReferenceProducts {
+    pub(crate) ll: Vec<i32>,
+    pub(crate) cross: Vec<i32>,
+    pub(crate) c_query: Vec<u16>,
+    pub(crate) c_db: Vec<u16>,
+}
+
+#[cfg(test)]
+impl ReferenceProducts {
+    pub(crate) fn of(queries: &[u16], db: &[u16], len: usize) -> ReferenceProducts {
+        let split = |v: &[u16]| {
+            v.chunks_exact(len)
+                .map(|row| {
+                    let (mut lo, mut hi) = (vec![0i8; len], vec![0i8; len]);
+                    let c = split_bytes(row, &mut lo, &mut hi);
+                    (lo, hi, c)
+                })
+                .collect::<Vec<_>>()
+        };
+        let (q, d) = (split(queries), split(db));
+        let mut r = ReferenceProducts {
+            ll: Vec::with_capacity(q.len() * d.len()),
+            cross: Vec::with_capacity(q.len() * d.len()),
+            c_query: q.iter().map(|v| v.2).collect(),
+            c_db: d.iter().map(|v| v.2).collect(),
+        };
+        for (q_lo, q_hi, _) in &q {
+            for (d_lo, d_hi, _) in &d {
+                r.ll.push(i8_dot(d_lo, q_lo));
+                r.cross
+                    .push(i8_dot(d_lo, q_hi).wrapping_add(i8_dot(d_hi, q_lo)));
+            }
+        }
+        r
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use rand_chacha::ChaCha20Rng;
@@ -67,33 +118,24 @@ mod tests {
     /// accumulation, corrections, combine.
     struct SplitReference;
 
-    fn i8_dot(a: &[i8], b: &[i8]) -> i32 {
-        a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
-    }
-
     impl DotEngine for SplitReference {
         fn name(&self) -> String {
             "split-reference".into()
         }
 
         fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
-            let split = |v: &[u16]| {
-                v.chunks_exact(len)
-                    .map(|row| {
-                        let (mut lo, mut hi) = (vec![0i8; len], vec![0i8; len]);
-                        let c = split_bytes(row, &mut lo, &mut hi);
-                        (lo, hi, c)
-                    })
-                    .collect::<Vec<_>>()
-            };
-            let (q, d) = (split(queries), split(db));
-            assert_eq!(out.len(), q.len() * d.len());
-            for (qi, (q_lo, q_hi, c_q)) in q.iter().enumerate() {
-                for (di, (d_lo, d_hi, c_d)) in d.iter().enumerate() {
-                    let ll = i8_dot(d_lo, q_lo);
-                    let cross = i8_dot(d_lo, q_hi).wrapping_add(i8_dot(d_hi, q_lo));
-                    out[qi * d.len() + di] = combine(ll, cross, *c_d, *c_q, length_term(len));
-                }
+            let r = ReferenceProducts::of(queries, db, len);
+            assert_eq!(out.len(), r.ll.len());
+            let m = r.c_db.len();
+            for (i, o) in out.iter_mut().enumerate() {
+                let (q, d) = (i / m, i % m);
+                *o = combine(
+                    r.ll[i],
+                    r.cross[i],
+                    r.c_db[d],
+                    r.c_query[q],
+                    length_term(len),
+                );
             }
         }
     }
