@@ -1,8 +1,8 @@
 //! `ocelli-node demo`: a three-node deployment on this machine with embedded
 //! stores and real TLS; enrols synthetic people through real envelopes, then
-//! submits new people and re-captures of enrolled ones, and reports what the
-//! three-party matching decided against what the synthetic model says is
-//! true. The synthetic model is documented in [`ocelli_mpc::synthetic`].
+//! submits new people, re-captures of enrolled ones and mirrored re-captures
+//! (one probe in ten), and reports what the three-party matching decided
+//! against what the synthetic model says is true. The synthetic model is documented in [`ocelli_mpc::synthetic`].
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

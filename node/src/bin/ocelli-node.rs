@@ -37,8 +37,8 @@ enum Command {
         force: bool,
     },
     /// Three nodes on this machine (embedded stores, real TLS): enrol
-    /// synthetic people, then submit new people and re-captures, and print
-    /// what the matching decided.
+    /// synthetic people, then submit new people, re-captures and mirrored
+    /// re-captures, and print what the matching decided.
     Demo {
         /// People to enrol.
         #[arg(long, default_value_t = 2000)]
@@ -275,7 +275,8 @@ fn main() -> ExitCode {
                 };
                 eprintln!(
                     "ocelli demo: three nodes on 127.0.0.1 (embedded stores, mutual TLS), \
-                     {people} people to enrol, then {probes} requests (new people and re-captures)"
+                     {people} people to enrol, then {probes} requests (new people, re-captures and \
+                     mirrored re-captures)"
                 );
                 let report = ocelli_node::demo::run(&opts).await?;
                 if json {

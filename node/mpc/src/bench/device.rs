@@ -448,7 +448,7 @@ mod tests {
         // The comparison phase on the host-run kernels sends exactly what the host path does.
         #[cfg(feature = "host-kernels")]
         {
-            let dev = std::sync::Arc::new(crate::device::host::HostDevice);
+            let dev = std::sync::Arc::new(crate::device::host::HostDevice::default());
             let place = OnDevices([dev.clone(), dev.clone(), dev], "host-run kernels".into());
             let on_kernels = run(config, [&cpu, &cpu, &cpu], &place, (1e12, None), |_| {})
                 .expect("bench on the host-run kernels");

@@ -5,6 +5,8 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use super::{Arg, KernelDevice};
 
@@ -18,13 +20,36 @@ extern "C" {
     ) -> c_int;
 }
 
-/// Runs the kernels on the calling thread, on host memory.
+/// Runs the kernels on the calling thread, on host memory, and counts the bytes allocated
+/// as a GPU would hold them.
 #[derive(Debug, Default)]
-pub struct HostDevice;
+pub struct HostDevice {
+    bytes: Arc<Usage>,
+}
+
+#[derive(Debug, Default)]
+struct Usage {
+    live: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl HostDevice {
+    /// The most bytes allocated at once since the last [`HostDevice::reset_peak`].
+    pub fn peak_bytes(&self) -> usize {
+        self.bytes.peak.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new peak from what is allocated now.
+    pub fn reset_peak(&self) {
+        let live = self.bytes.live.load(Ordering::Relaxed);
+        self.bytes.peak.store(live, Ordering::Relaxed);
+    }
+}
 
 /// Host memory that kernels write through raw addresses.
 pub struct HostBuf {
     words: Box<[UnsafeCell<u64>]>,
+    usage: Arc<Usage>,
 }
 
 impl core::fmt::Debug for HostBuf {
@@ -52,6 +77,9 @@ impl Drop for HostBuf {
         for w in self.words.iter_mut() {
             *w.get_mut() = 0;
         }
+        self.usage
+            .live
+            .fetch_sub(8 * self.words.len(), Ordering::Relaxed);
     }
 }
 
@@ -60,8 +88,11 @@ impl KernelDevice for HostDevice {
 
     fn alloc_zeroed(&self, bytes: usize) -> HostBuf {
         let words = bytes.div_ceil(8).max(1);
+        let live = self.bytes.live.fetch_add(8 * words, Ordering::Relaxed) + 8 * words;
+        self.bytes.peak.fetch_max(live, Ordering::Relaxed);
         HostBuf {
             words: (0..words).map(|_| UnsafeCell::new(0)).collect(),
+            usage: self.bytes.clone(),
         }
     }
 

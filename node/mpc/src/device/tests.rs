@@ -8,9 +8,13 @@ use super::parity;
 use super::*;
 use crate::dot::DotEngine;
 use crate::engine::split::{length_term, ReferenceProducts};
+use crate::local::{additive_u16, run_three};
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use sdk_orb::plaintext::{threshold_coefficient, DEFAULT_THRESHOLD};
 
 fn host() -> Arc<HostDevice> {
-    Arc::new(HostDevice)
+    Arc::new(HostDevice::default())
 }
 
 #[test]
@@ -81,6 +85,30 @@ impl DotEngine for HostCombine {
             dev.launch("combine", grid, 256, &args);
         }
         out.copy_from_slice(&bufs.4.to_u16());
+    }
+}
+
+/// Device memory per pass is bounded as host memory is: the most a party holds at once in the
+/// comparison phase and the OR over rotations, per comparison.
+#[test]
+fn device_memory_per_comparison_is_bounded() {
+    let a = threshold_coefficient(DEFAULT_THRESHOLD);
+    let n = 31 * 2 * 64 * 25;
+    let mut rng = ChaCha20Rng::seed_from_u64(0x3e);
+    let md: Vec<u16> = (0..n).map(|_| (rng.next_u32() % 12_801) as u16).collect();
+    let cd: Vec<u16> = md.iter().map(|&m| m / 2).collect();
+    let (cd, md) = (additive_u16(&mut rng, &cd), additive_u16(&mut rng, &md));
+    let devices: [Arc<HostDevice>; 3] = core::array::from_fn(|_| host());
+    run_three(3, |s| {
+        let i = s.party().index();
+        let mut c = DeviceCircuit::new(s, devices[i].clone());
+        let bits = c.match_bits(&cd[i], &md[i], a).expect("compare");
+        crate::compare::or_blocks(&mut c, &bits, 31).expect("or");
+    });
+    for (party, dev) in devices.iter().enumerate() {
+        let per_comparison = dev.peak_bytes() as f64 / n as f64;
+        println!("party {party}: {per_comparison:.1} device bytes per comparison at the peak");
+        assert!(per_comparison < 64.0, "party {party}: {per_comparison}");
     }
 }
 
