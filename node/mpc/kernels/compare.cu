@@ -134,16 +134,15 @@ KERNEL and_gate(const u64* __restrict__ x_own, const u64* __restrict__ x_prev,
     out[i] = (x_own[i] & y_own[i]) ^ (x_own[i] & y_prev[i]) ^ (x_prev[i] & y_own[i]) ^ alpha;
 }
 
-// out = x ^ y, or x ^ (y & mask) where mask is not null (the OR rule's public mask).
 KERNEL xor_words(u64* __restrict__ out, const u64* __restrict__ x, const u64* __restrict__ y,
-                 const u64* __restrict__ mask, u64 n)
+                 u64 n)
 {
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    out[i] = x[i] ^ (mask ? (y[i] & mask[i]) : y[i]);
+    out[i] = x[i] ^ y[i];
 }
 
-// out = x & mask: a shared value ANDed with a public one.
+// out = x & mask: a component of a shared value ANDed with a public one (the OR rule's mask).
 KERNEL and_words(u64* __restrict__ out, const u64* __restrict__ x, const u64* __restrict__ mask,
                  u64 n)
 {

@@ -248,17 +248,6 @@ impl<D: KernelDevice> DeviceBits<D> {
     pub fn to_replicated(&self) -> crate::share::Replicated<u64> {
         crate::share::Replicated::new(self.own.to_u64(), self.prev.to_u64())
     }
-
-    /// Applies a word kernel `(out, x, ...)` to each component.
-    fn each(&self, kernel: &'static str, rest: impl Fn(&DeviceVec<D>) -> Vec<Arg>) -> Self {
-        let out = DeviceBits::zeroed(self.dev(), self.words);
-        for (o, x) in [(&out.own, &self.own), (&out.prev, &self.prev)] {
-            let mut args = vec![o.arg()];
-            args.extend(rest(x));
-            launch(&**self.dev(), kernel, self.words, &args);
-        }
-        out
-    }
 }
 
 fn words_arg(n: usize) -> Arg {
@@ -268,7 +257,7 @@ fn words_arg(n: usize) -> Arg {
 /// `x ^ y` over `words` words, in a new allocation.
 fn xor_vec<D: KernelDevice>(x: &DeviceVec<D>, y: &DeviceVec<D>, words: usize) -> DeviceVec<D> {
     let out = DeviceVec::zeroed(&x.dev, 8 * words);
-    let args = [out.arg(), x.arg(), y.arg(), Arg::Ptr(0), words_arg(words)];
+    let args = [out.arg(), x.arg(), y.arg(), words_arg(words)];
     launch(&*x.dev, "xor_words", words, &args);
     out
 }
@@ -310,9 +299,12 @@ impl<D: KernelDevice> SharedBits for DeviceBits<D> {
     fn and_public(&self, mask: &[u64]) -> Self {
         assert_eq!(mask.len(), self.words);
         let mask = DeviceVec::from_u64(self.dev(), mask);
-        self.each("and_words", |x| {
-            vec![x.arg(), mask.arg(), words_arg(self.words)]
-        })
+        let out = DeviceBits::zeroed(self.dev(), self.words);
+        for (o, x) in [(&out.own, &self.own), (&out.prev, &self.prev)] {
+            let args = [o.arg(), x.arg(), mask.arg(), words_arg(self.words)];
+            launch(&**self.dev(), "and_words", self.words, &args);
+        }
+        out
     }
 
     fn gather(&self, positions: &[Option<usize>]) -> Self {
