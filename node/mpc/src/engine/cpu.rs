@@ -29,6 +29,9 @@ pub const CHUNK: usize = 1024;
 pub const WHOLE: usize = usize::MAX;
 /// The chunk lengths an engine chooses between at start, by timing both.
 pub const CHUNK_CANDIDATES: [usize; 2] = [CHUNK, WHOLE];
+/// Query rows per slab (rounded up to whole query tiles): four requests' 31 rotations, the
+/// shape [`fastest_chunk`] times and the bench's dot phase measures.
+pub const QUERY_SLAB_ROWS: usize = 124;
 /// How many chunks ahead the database rows are prefetched: memory latency is not hidden by
 /// the next chunk alone (measured).
 const PREFETCH_CHUNKS: usize = 2;
@@ -147,8 +150,31 @@ fn pack(
 /// whole, else copied chunk by chunk into a panel. Rows past the ends are zeros and their
 /// results dropped.
 fn tiled<const Q: usize, const D: usize, const L: usize>(
-    (block_tiles, in_place, chunk): (usize, bool, usize),
+    shape: (usize, bool, usize),
     micro: impl Fn(&[u16], &[u16], usize, &mut Acc<Q, D, L>) + Sync,
+    queries: &[u16],
+    db: &[u16],
+    len: usize,
+    out: &mut [u16],
+) {
+    // Slabs of query rows, each against the whole database: a slab's vectors stay in cache
+    // while every database block passes over them. Without slabs a batch of 64 requests with
+    // their mirrored queries (3,968 rows, 100 MB of codes) is streamed from memory for every
+    // block, and the kernel ran at half the speed it has on a slab.
+    // Slabs run in parallel as well as the blocks inside them, so a small database still
+    // keeps every thread busy.
+    let slab = QUERY_SLAB_ROWS.div_ceil(Q) * Q;
+    let nd = db.len() / len;
+    queries
+        .par_chunks(slab * len)
+        .zip(out.par_chunks_mut(slab * nd))
+        .for_each(|(qs, os)| tiled_slab(shape, &micro, qs, db, len, os));
+}
+
+/// [`tiled`] for one slab of query rows.
+fn tiled_slab<const Q: usize, const D: usize, const L: usize>(
+    (block_tiles, in_place, chunk): (usize, bool, usize),
+    micro: &(impl Fn(&[u16], &[u16], usize, &mut Acc<Q, D, L>) + Sync),
     queries: &[u16],
     db: &[u16],
     len: usize,

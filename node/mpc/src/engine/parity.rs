@@ -10,7 +10,7 @@ use sdk_orb::{CODE_COEFS, MASK_COEFS};
 use sdk_orb::plaintext::DEFAULT_THRESHOLD;
 
 use crate::dot::DotEngine;
-use crate::engine::cpu::CHUNK;
+use crate::engine::cpu::{CHUNK, QUERY_SLAB_ROWS};
 
 fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
     (0..n).map(|_| rng.next_u32() as u16).collect()
@@ -33,6 +33,10 @@ pub fn check_engine(engine: &dyn DotEngine) {
         (4, 12, CHUNK + 64),
         (13, 25, 3 * CHUNK - 64),
         (6, 16, 2 * CHUNK),
+        // Query slabs of the CPU engine: two whole and a short last one; one and a bit with
+        // chunks.
+        (2 * QUERY_SLAB_ROWS + 7, 19, 128),
+        (QUERY_SLAB_ROWS + 5, 9, CHUNK + 64),
     ] {
         let queries = random_u16(&mut rng, nq * len);
         let db = random_u16(&mut rng, nd * len);
