@@ -33,6 +33,7 @@ use crate::network::{NetworkError, Transport};
 use crate::session::Session;
 use reduce::run_pass;
 use sdk_orb::rotation::ROTATION_COUNT;
+use zeroize::Zeroizing;
 
 /// What a request is matched against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -434,12 +435,13 @@ fn batch_pass(
 }
 
 /// The database-scanning requests' prepared vectors, one contiguous matrix per eye and part
-/// (`[request][rotation]` rows), so one engine call covers them all.
+/// (`[request][rotation]` rows), so one engine call covers them all. Zeroized when dropped:
+/// they copy shares.
 struct ScanQueries<'a> {
     /// `(request, mirrored)`: the request's query or its mirrored query.
     scanning: &'a [(usize, bool)],
-    codes: [Vec<u16>; 2],
-    masks: [Vec<u16>; 2],
+    codes: [Zeroizing<Vec<u16>>; 2],
+    masks: [Zeroizing<Vec<u16>>; 2],
 }
 
 impl<'a> ScanQueries<'a> {
@@ -449,8 +451,8 @@ impl<'a> ScanQueries<'a> {
         mirrored: &[Option<PreparedQuery>],
     ) -> ScanQueries<'a> {
         let rows = scanning.len() * ROTATION_COUNT;
-        let mut codes = [Vec::new(), Vec::new()];
-        let mut masks = [Vec::new(), Vec::new()];
+        let mut codes = [Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())];
+        let mut masks = [Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())];
         for eye in 0..2 {
             codes[eye].reserve(rows * CODE_COEFS);
             masks[eye].reserve(rows * MASK_COEFS);
