@@ -23,7 +23,7 @@ use sdk_orb::plaintext::threshold_coefficient;
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{CODE_COEFS, MASK_COEFS};
 
-pub use query::PreparedQuery;
+pub use query::QueryMatrix;
 
 use crate::bits::{plane_to_bits, words_for};
 use crate::circuit::{Circuit, SharedBits};
@@ -33,7 +33,6 @@ use crate::network::{NetworkError, Transport};
 use crate::session::Session;
 use reduce::run_pass;
 use sdk_orb::rotation::ROTATION_COUNT;
-use zeroize::Zeroizing;
 
 /// What a request is matched against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -255,25 +254,43 @@ pub fn evaluate<C: Circuit>(
     config: &PipelineConfig,
 ) -> Result<Vec<MatchResult>, NetworkError> {
     let party = circuit.party();
-    let prepared: Vec<Option<PreparedQuery>> = requests
-        .iter()
-        .map(|r| {
-            (r.target != Target::Nothing || r.against_earlier)
-                .then(|| PreparedQuery::new(party, r.shares))
-        })
+    // The queries, in the order the passes read them: the database-scanning requests, their
+    // mirrored queries, then the other requests with first-pass comparisons.
+    let mut scanning: Vec<(usize, bool)> = (0..requests.len())
+        .filter(|&j| requests[j].target == Target::Database)
+        .map(|j| (j, false))
         .collect();
-    let mirrored: Vec<Option<PreparedQuery>> = requests
+    scanning.extend(
+        (0..requests.len())
+            .filter(|&j| requests[j].rules.mirror && requests[j].target == Target::Database)
+            .map(|j| (j, true)),
+    );
+    let any_mirror = scanning.iter().any(|&(_, mirror)| mirror);
+    let mut entries = scanning.clone();
+    entries.extend(
+        (0..requests.len())
+            .filter(|&j| {
+                let r = &requests[j];
+                r.target != Target::Database && (r.target != Target::Nothing || r.against_earlier)
+            })
+            .map(|j| (j, false)),
+    );
+    let people: Vec<_> = entries
         .iter()
-        .map(|r| {
-            (r.rules.mirror && r.target == Target::Database)
-                .then(|| PreparedQuery::mirrored(party, r.shares))
-        })
+        .map(|&(j, mirror)| (requests[j].shares, mirror))
         .collect();
+    let queries = QueryMatrix::new(party, &people);
+    let mut plain = vec![None; requests.len()];
+    for (i, &(j, mirror)) in entries.iter().enumerate() {
+        if !mirror {
+            plain[j] = Some(i);
+        }
+    }
     let mut results = vec![MatchResult::default(); requests.len()];
     // [request][..] OR accumulators: the plain pairs (privacy-max), then the mirrored pairs.
     let mut any_shared = circuit.zeros(2 * words_for(requests.len()));
 
-    if let Some(pass) = batch_pass(engine, db, requests, &prepared) {
+    if let Some(pass) = batch_pass(engine, db, requests, &queries, &plain) {
         run_pass(
             circuit,
             pass,
@@ -283,24 +300,15 @@ pub fn evaluate<C: Circuit>(
             &mut any_shared,
         )?;
     }
-    let mut scanning: Vec<(usize, bool)> = (0..requests.len())
-        .filter(|&j| requests[j].target == Target::Database)
-        .map(|j| (j, false))
-        .collect();
-    scanning.extend(
-        (0..requests.len())
-            .filter(|&j| mirrored[j].is_some())
-            .map(|j| (j, true)),
-    );
     if !scanning.is_empty() && !db.is_empty() {
-        let queries = ScanQueries::new(&scanning, &prepared, &mirrored);
         let per_entry = scanning.len() * ROTATION_COUNT * 2;
         let chunk = config
             .chunk_entries
             .min(config.max_pass_comparisons / per_entry)
             .max(1);
         for start in (0..db.len()).step_by(chunk) {
-            let pass = database_pass(engine, db, &queries, start..(start + chunk).min(db.len()));
+            let rows = start..(start + chunk).min(db.len());
+            let pass = database_pass(engine, db, &scanning, &queries, rows);
             run_pass(
                 circuit,
                 pass,
@@ -313,7 +321,6 @@ pub fn evaluate<C: Circuit>(
     }
 
     let rw = words_for(requests.len());
-    let any_mirror = mirrored.iter().any(Option::is_some);
     if config.privacy_max || any_mirror {
         // One round: in the default mode only the mirror half is opened.
         let half = if config.privacy_max {
@@ -342,7 +349,8 @@ fn batch_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
-    prepared: &[Option<PreparedQuery>],
+    queries: &QueryMatrix,
+    plain: &[Option<usize>],
 ) -> Option<PassInputs> {
     let candidates: Vec<usize> = (0..requests.len())
         .filter(|&k| requests[k].candidate)
@@ -389,20 +397,19 @@ fn batch_pass(
     }
     let mut pass = PassInputs::new(pairs);
     for (j, first, earlier, entry) in blocks {
-        let query = prepared[j]
-            .as_ref()
-            .expect("prepared for every matching request");
+        let q = plain[j].expect("prepared for every matching request");
+        let q = q..q + 1;
         for eye in 0..2 {
             let mut code_dots = vec![0u16; ROTATION_COUNT * earlier];
             let mut mask_dots = vec![0u16; ROTATION_COUNT * earlier];
             engine.dot(
-                query.codes(eye),
+                queries.codes(eye, q.clone()),
                 &candidate_codes[eye][..earlier * CODE_COEFS],
                 CODE_COEFS,
                 &mut code_dots,
             );
             engine.dot(
-                query.masks(eye),
+                queries.masks(eye, q.clone()),
                 &candidate_masks[eye][..earlier * MASK_COEFS],
                 MASK_COEFS,
                 &mut mask_dots,
@@ -412,7 +419,7 @@ fn batch_pass(
                 let mut code_dots = [0u16; ROTATION_COUNT];
                 let mut mask_dots = [0u16; ROTATION_COUNT];
                 engine.dot_db(
-                    query.codes(eye),
+                    queries.codes(eye, q.clone()),
                     db,
                     eye,
                     Part::Code,
@@ -420,7 +427,7 @@ fn batch_pass(
                     &mut code_dots,
                 );
                 engine.dot_db(
-                    query.masks(eye),
+                    queries.masks(eye, q.clone()),
                     db,
                     eye,
                     Part::Mask,
@@ -434,53 +441,16 @@ fn batch_pass(
     Some(pass)
 }
 
-/// The database-scanning requests' prepared vectors, one contiguous matrix per eye and part
-/// (`[request][rotation]` rows), so one engine call covers them all. Zeroized when dropped:
-/// they copy shares.
-struct ScanQueries<'a> {
-    /// `(request, mirrored)`: the request's query or its mirrored query.
-    scanning: &'a [(usize, bool)],
-    codes: [Zeroizing<Vec<u16>>; 2],
-    masks: [Zeroizing<Vec<u16>>; 2],
-}
-
-impl<'a> ScanQueries<'a> {
-    fn new(
-        scanning: &'a [(usize, bool)],
-        prepared: &[Option<PreparedQuery>],
-        mirrored: &[Option<PreparedQuery>],
-    ) -> ScanQueries<'a> {
-        let rows = scanning.len() * ROTATION_COUNT;
-        let mut codes = [Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())];
-        let mut masks = [Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())];
-        for eye in 0..2 {
-            codes[eye].reserve(rows * CODE_COEFS);
-            masks[eye].reserve(rows * MASK_COEFS);
-            for &(j, mirror) in scanning {
-                let q = if mirror { &mirrored[j] } else { &prepared[j] };
-                let q = q.as_ref().expect("prepared for every matching request");
-                codes[eye].extend_from_slice(q.codes(eye));
-                masks[eye].extend_from_slice(q.masks(eye));
-            }
-        }
-        ScanQueries {
-            scanning,
-            codes,
-            masks,
-        }
-    }
-}
-
 /// One database pass: every scanning request against the database rows `rows`.
 fn database_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
-    queries: &ScanQueries<'_>,
+    scanning: &[(usize, bool)],
+    queries: &QueryMatrix,
     rows: core::ops::Range<usize>,
 ) -> PassInputs {
     let width = rows.len();
-    let pairs = queries
-        .scanning
+    let pairs = scanning
         .iter()
         .flat_map(|&(j, mirror)| {
             rows.clone().map(move |d| {
@@ -496,12 +466,12 @@ fn database_pass(
         })
         .collect();
     let mut pass = PassInputs::new(pairs);
-    let query_rows = queries.scanning.len() * ROTATION_COUNT;
+    let query_rows = scanning.len() * ROTATION_COUNT;
     let mut code_dots = vec![0u16; query_rows * width];
     let mut mask_dots = vec![0u16; query_rows * width];
     for eye in 0..2 {
         engine.dot_db(
-            &queries.codes[eye],
+            queries.codes(eye, 0..scanning.len()),
             db,
             eye,
             Part::Code,
@@ -509,7 +479,7 @@ fn database_pass(
             &mut code_dots,
         );
         engine.dot_db(
-            &queries.masks[eye],
+            queries.masks(eye, 0..scanning.len()),
             db,
             eye,
             Part::Mask,
@@ -517,7 +487,7 @@ fn database_pass(
             &mut mask_dots,
         );
         let block = ROTATION_COUNT * width;
-        for qi in 0..queries.scanning.len() {
+        for qi in 0..scanning.len() {
             let rows = qi * block..(qi + 1) * block;
             pass.fill(
                 eye,

@@ -1,82 +1,79 @@
-//! A query as one party holds it during a batch: both eyes preprocessed (Lagrange
-//! coefficient, basis B) and expanded into the 31 rotations.
+//! A batch's queries as one party holds them: both eyes preprocessed (Lagrange coefficient,
+//! basis B) and expanded into the 31 rotations, written straight into the matrices the dot
+//! engine reads.
 
+use rayon::prelude::*;
 use sdk_orb::preprocess::preprocess_coefs;
 use sdk_orb::rotation::{rotate_coefs, rotations, ROTATION_COUNT};
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{PartyId, CODE_COEFS, MASK_COEFS};
-use zeroize::Zeroize;
+use zeroize::{Zeroize, Zeroizing};
 
-/// Preprocessed rotations of both eyes: `codes[eye]` is `31 x 12,800` coefficients,
-/// `masks[eye]` `31 x 6,400`, rotation `k` at index `k + 15`. Zeroized on drop.
-pub struct PreparedQuery {
-    codes: [Vec<u16>; 2],
-    masks: [Vec<u16>; 2],
+/// Prepared queries, per eye one matrix of codes and one of trimmed masks: query `i`'s 31
+/// rotations are rows `31 i..31 (i + 1)`, rotation `k` at row `31 i + k + 15`. Consecutive
+/// queries are one contiguous run of rows, so one engine call covers them. Zeroized on drop.
+pub struct QueryMatrix {
+    codes: [Zeroizing<Vec<u16>>; 2],
+    masks: [Zeroizing<Vec<u16>>; 2],
 }
 
-impl core::fmt::Debug for PreparedQuery {
+impl core::fmt::Debug for QueryMatrix {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("PreparedQuery").finish_non_exhaustive()
+        f.debug_struct("QueryMatrix").finish_non_exhaustive()
     }
 }
 
-impl Drop for PreparedQuery {
-    fn drop(&mut self) {
-        for v in self.codes.iter_mut().chain(self.masks.iter_mut()) {
-            v.zeroize();
-        }
-    }
-}
-
-fn expand(party: PartyId, share: &[u16]) -> Vec<u16> {
+/// Preprocesses `share` for `party` and writes its rotations into `out`, rotation-major.
+fn expand_into(party: PartyId, share: &[u16], out: &mut [u16]) {
     let len = share.len();
-    let mut base = share.to_vec();
+    let mut base = Zeroizing::new(share.to_vec());
     preprocess_coefs(party, &mut base);
-    let mut out = vec![0u16; ROTATION_COUNT * len];
     for (i, k) in rotations().enumerate() {
         rotate_coefs(&base, k, &mut out[i * len..(i + 1) * len]);
     }
-    base.zeroize();
-    out
 }
 
-impl PreparedQuery {
-    /// Prepares `party`'s shares of a query.
-    pub fn new(party: PartyId, shares: &PartyShares) -> PreparedQuery {
-        let eyes = [&shares.left, &shares.right];
-        PreparedQuery {
-            codes: eyes.map(|e| expand(party, e.code.coefs())),
-            masks: eyes.map(|e| expand(party, e.mask.coefs())),
-        }
+impl QueryMatrix {
+    /// `party`'s queries of `people`, in order; a person flagged `true` is queried mirrored
+    /// ([`sdk_orb::mirror::mirror_person`]): mirroring is a permutation and negation of whole
+    /// ring elements, so it is done on the raw shares before preprocessing, with no
+    /// communication. Queries are prepared in parallel.
+    pub fn new(party: PartyId, people: &[(&PartyShares, bool)]) -> QueryMatrix {
+        let rows = people.len() * ROTATION_COUNT;
+        let matrix = |coefs| Zeroizing::new(vec![0u16; rows * coefs]);
+        let mut codes = [matrix(CODE_COEFS), matrix(CODE_COEFS)];
+        let mut masks = [matrix(MASK_COEFS), matrix(MASK_COEFS)];
+        let [c0, c1] = &mut codes;
+        let [m0, m1] = &mut masks;
+        let (code_rows, mask_rows) = (ROTATION_COUNT * CODE_COEFS, ROTATION_COUNT * MASK_COEFS);
+        c0.par_chunks_mut(code_rows)
+            .zip(c1.par_chunks_mut(code_rows))
+            .zip(m0.par_chunks_mut(mask_rows))
+            .zip(m1.par_chunks_mut(mask_rows))
+            .zip(people.par_iter())
+            .for_each(|((((c0, c1), m0), m1), &(shares, mirror))| {
+                let mut mirrored = mirror.then(|| sdk_orb::mirror::mirror_person(shares));
+                let person = mirrored.as_ref().unwrap_or(shares);
+                expand_into(party, person.left.code.coefs(), c0);
+                expand_into(party, person.right.code.coefs(), c1);
+                expand_into(party, person.left.mask.coefs(), m0);
+                expand_into(party, person.right.mask.coefs(), m1);
+                if let Some(m) = mirrored.as_mut() {
+                    m.zeroize();
+                }
+            });
+        QueryMatrix { codes, masks }
     }
 
-    /// Prepares `party`'s shares of the mirrored query ([`sdk_orb::mirror::mirror_person`]):
-    /// mirroring is a permutation and negation of whole ring elements, so it is done on the
-    /// raw shares before preprocessing, with no communication.
-    pub fn mirrored(party: PartyId, shares: &PartyShares) -> PreparedQuery {
-        let mut m = sdk_orb::mirror::mirror_person(shares);
-        let q = PreparedQuery::new(party, &m);
-        m.zeroize();
-        q
+    /// The code rotations of `queries` for one eye, query- then rotation-major.
+    pub fn codes(&self, eye: usize, queries: core::ops::Range<usize>) -> &[u16] {
+        let row = ROTATION_COUNT * CODE_COEFS;
+        &self.codes[eye][queries.start * row..queries.end * row]
     }
 
-    /// All rotations of one eye's code, rotation-major.
-    pub fn codes(&self, eye: usize) -> &[u16] {
-        &self.codes[eye]
-    }
-
-    /// All rotations of one eye's trimmed mask, rotation-major.
-    pub fn masks(&self, eye: usize) -> &[u16] {
-        &self.masks[eye]
-    }
-
-    /// One rotation (by index 0..31) of one eye's code.
-    pub fn code(&self, eye: usize, rotation: usize) -> &[u16] {
-        &self.codes[eye][rotation * CODE_COEFS..(rotation + 1) * CODE_COEFS]
-    }
-
-    /// One rotation (by index 0..31) of one eye's trimmed mask.
-    pub fn mask(&self, eye: usize, rotation: usize) -> &[u16] {
-        &self.masks[eye][rotation * MASK_COEFS..(rotation + 1) * MASK_COEFS]
+    /// The trimmed-mask rotations of `queries` for one eye, query- then rotation-major.
+    pub fn masks(&self, eye: usize, queries: core::ops::Range<usize>) -> &[u16] {
+        let row = ROTATION_COUNT * MASK_COEFS;
+        &self.masks[eye][queries.start * row..queries.end * row]
     }
 }
