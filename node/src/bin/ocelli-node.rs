@@ -2,6 +2,8 @@
 //! `bench`, `migrate-store`. Only parses arguments and config and sets up logging; everything
 //! else lives in the library.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
