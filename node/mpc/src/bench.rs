@@ -56,8 +56,8 @@ pub struct BenchReport {
     pub queries: usize,
     /// Dot-product phase, one party on one core (the best of three runs).
     pub dot_per_party_core: f64,
-    /// Coefficients per chunk the engine chose for this core (`None`: whole vectors).
-    pub dot_chunk: Option<usize>,
+    /// Coefficients per chunk of the engine's loop nest.
+    pub dot_chunk: usize,
     /// Comparison phase (split, lift, MSB, OR over rotations), per party-core.
     pub compare_per_party_core: f64,
     /// The whole pipeline of a batch, per party-core.
@@ -97,10 +97,9 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "  dot-product phase   {:>12} per party-core ({})",
+            "  dot-product phase   {:>12} per party-core (chunks of {})",
             m(self.dot_per_party_core),
             self.dot_chunk
-                .map_or("whole vectors".to_owned(), |c| format!("chunks of {c}"))
         )?;
         writeln!(
             f,
@@ -307,7 +306,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         db_entries: n,
         queries: q,
         dot_per_party_core: dot_rate,
-        dot_chunk: (engine_chunk != crate::engine::cpu::WHOLE).then_some(engine_chunk),
+        dot_chunk: engine_chunk,
         compare_per_party_core: compare_rate,
         pipeline_per_party_core: pipeline_rate,
         plaintext_per_core: plain_rate,

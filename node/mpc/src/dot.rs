@@ -8,6 +8,8 @@
 
 use core::ops::Range;
 
+use zeroize::Zeroizing;
+
 use crate::db::{MatchDb, Part};
 use crate::error::EngineError;
 
@@ -49,10 +51,72 @@ pub trait DotEngine: Send + Sync {
         self.dot(queries, db.vectors(eye, part, rows), part.coefs(), out);
     }
 
+    /// Lays out a matrix of query vectors (row-major, `len` each) once for many
+    /// [`DotEngine::dot_db_prepared`] calls: the database passes of a batch all read the same
+    /// queries. The default keeps the rows as they are.
+    fn prepare_queries(&self, queries: Zeroizing<Vec<u16>>, len: usize) -> PreparedQueries {
+        PreparedQueries {
+            rows: queries.len() / len,
+            layout: QueryLayout::Rows,
+            data: queries,
+        }
+    }
+
+    /// [`DotEngine::dot_db`] on queries this engine prepared.
+    ///
+    /// # Panics
+    /// As [`DotEngine::dot_db`], or if another engine's layout is passed.
+    fn dot_db_prepared(
+        &self,
+        queries: &PreparedQueries,
+        db: &MatchDb,
+        eye: usize,
+        part: Part,
+        rows: Range<usize>,
+        out: &mut [u16],
+    ) {
+        assert_eq!(
+            queries.layout,
+            QueryLayout::Rows,
+            "queries laid out by another engine"
+        );
+        self.dot_db(&queries.data, db, eye, part, rows, out);
+    }
+
     /// The GPU engine, whose first device also runs the comparison phase
     /// ([`crate::pipeline::evaluate_batch`]); `None` for every other engine.
     #[cfg(feature = "gpu")]
     fn as_gpu(&self) -> Option<&crate::engine::GpuEngine> {
         None
+    }
+}
+
+/// How a [`PreparedQueries`] holds its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryLayout {
+    /// Row-major, as given.
+    Rows,
+    /// Panels of this many rows (the last padded with zero rows), each pair of coefficients
+    /// of every row of a panel side by side: the CPU engine's tiles
+    /// ([`crate::engine::kernels`]).
+    Panels(usize),
+}
+
+/// Query vectors in an engine's layout ([`DotEngine::prepare_queries`]). Zeroized on drop.
+pub struct PreparedQueries {
+    /// Query vectors held.
+    pub rows: usize,
+    /// How `data` holds them.
+    pub layout: QueryLayout,
+    /// The coefficients.
+    pub data: Zeroizing<Vec<u16>>,
+}
+
+impl core::fmt::Debug for PreparedQueries {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PreparedQueries")
+            .field("rows", &self.rows)
+            .field("layout", &self.layout)
+            .finish_non_exhaustive()
     }
 }

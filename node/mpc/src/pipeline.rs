@@ -28,7 +28,7 @@ pub use query::QueryMatrix;
 use crate::bits::{plane_to_bits, words_for};
 use crate::circuit::{Circuit, SharedBits};
 use crate::db::{MatchDb, Part};
-use crate::dot::DotEngine;
+use crate::dot::{DotEngine, PreparedQueries};
 use crate::network::{NetworkError, Transport};
 use crate::session::Session;
 use reduce::run_pass;
@@ -207,11 +207,18 @@ impl PassInputs {
     }
 
     /// Stores one eye's engine output for `width` consecutive pairs starting at `first`:
-    /// `code` and `mask` are `[rotation][pair]`, the mask dots not yet doubled.
-    fn fill(&mut self, eye: usize, first: usize, width: usize, code: &[u16], mask: &[u16]) {
+    /// `code` and `mask` are `[rotation][pair]` with rotations `stride` apart, the mask dots
+    /// not yet doubled.
+    fn fill(
+        &mut self,
+        eye: usize,
+        (first, width, stride): (usize, usize, usize),
+        code: &[u16],
+        mask: &[u16],
+    ) {
         for rotation in 0..ROTATION_COUNT {
             let at = self.at(rotation, eye, first);
-            let row = rotation * width..(rotation + 1) * width;
+            let row = rotation * stride..rotation * stride + width;
             self.cd[at..at + width].copy_from_slice(&code[row.clone()]);
             for (m, &v) in self.md[at..at + width].iter_mut().zip(&mask[row]) {
                 *m = v.wrapping_mul(2);
@@ -301,6 +308,7 @@ pub fn evaluate<C: Circuit>(
         )?;
     }
     if !scanning.is_empty() && !db.is_empty() {
+        let queries = queries.prepare_scanning(engine, scanning.len());
         let per_entry = scanning.len() * ROTATION_COUNT * 2;
         let chunk = config
             .chunk_entries
@@ -396,46 +404,63 @@ fn batch_pass(
         return None;
     }
     let mut pass = PassInputs::new(pairs);
-    for (j, first, earlier, entry) in blocks {
-        let q = plain[j].expect("prepared for every matching request");
-        let q = q..q + 1;
-        for eye in 0..2 {
-            let mut code_dots = vec![0u16; ROTATION_COUNT * earlier];
-            let mut mask_dots = vec![0u16; ROTATION_COUNT * earlier];
+    // Earlier candidates: the queries of every request that has some, in one run of the
+    // query matrix, against all candidates in one engine call per eye and part (the engine
+    // lays the candidates out once); each request takes its prefix.
+    let with_earlier = || blocks.iter().filter(|b| b.2 > 0);
+    let rows_of = |j: usize| plain[j].expect("prepared for every matching request");
+    let lo = with_earlier().map(|b| rows_of(b.0)).min();
+    let hi = with_earlier().map(|b| rows_of(b.0) + 1).max();
+    let n_candidates = candidates.len();
+    for eye in 0..2 {
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            let rows = (hi - lo) * ROTATION_COUNT;
+            let mut code_dots = vec![0u16; rows * n_candidates];
+            let mut mask_dots = vec![0u16; rows * n_candidates];
             engine.dot(
-                queries.codes(eye, q.clone()),
-                &candidate_codes[eye][..earlier * CODE_COEFS],
+                queries.codes(eye, lo..hi),
+                &candidate_codes[eye],
                 CODE_COEFS,
                 &mut code_dots,
             );
             engine.dot(
-                queries.masks(eye, q.clone()),
-                &candidate_masks[eye][..earlier * MASK_COEFS],
+                queries.masks(eye, lo..hi),
+                &candidate_masks[eye],
                 MASK_COEFS,
                 &mut mask_dots,
             );
-            pass.fill(eye, first, earlier, &code_dots, &mask_dots);
-            if let Some(d) = entry {
-                let mut code_dots = [0u16; ROTATION_COUNT];
-                let mut mask_dots = [0u16; ROTATION_COUNT];
-                engine.dot_db(
-                    queries.codes(eye, q.clone()),
-                    db,
+            for &(j, first, earlier, _) in with_earlier() {
+                let at = (rows_of(j) - lo) * ROTATION_COUNT * n_candidates;
+                pass.fill(
                     eye,
-                    Part::Code,
-                    d..d + 1,
-                    &mut code_dots,
+                    (first, earlier, n_candidates),
+                    &code_dots[at..],
+                    &mask_dots[at..],
                 );
-                engine.dot_db(
-                    queries.masks(eye, q.clone()),
-                    db,
-                    eye,
-                    Part::Mask,
-                    d..d + 1,
-                    &mut mask_dots,
-                );
-                pass.fill(eye, first + earlier, 1, &code_dots, &mask_dots);
             }
+        }
+        for &(j, first, earlier, entry) in &blocks {
+            let Some(d) = entry else { continue };
+            let q = rows_of(j)..rows_of(j) + 1;
+            let mut code_dots = [0u16; ROTATION_COUNT];
+            let mut mask_dots = [0u16; ROTATION_COUNT];
+            engine.dot_db(
+                queries.codes(eye, q.clone()),
+                db,
+                eye,
+                Part::Code,
+                d..d + 1,
+                &mut code_dots,
+            );
+            engine.dot_db(
+                queries.masks(eye, q),
+                db,
+                eye,
+                Part::Mask,
+                d..d + 1,
+                &mut mask_dots,
+            );
+            pass.fill(eye, (first + earlier, 1, 1), &code_dots, &mask_dots);
         }
     }
     Some(pass)
@@ -446,7 +471,7 @@ fn database_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
     scanning: &[(usize, bool)],
-    queries: &QueryMatrix,
+    queries: &[[PreparedQueries; 2]; 2],
     rows: core::ops::Range<usize>,
 ) -> PassInputs {
     let width = rows.len();
@@ -469,30 +494,15 @@ fn database_pass(
     let query_rows = scanning.len() * ROTATION_COUNT;
     let mut code_dots = vec![0u16; query_rows * width];
     let mut mask_dots = vec![0u16; query_rows * width];
-    for eye in 0..2 {
-        engine.dot_db(
-            queries.codes(eye, 0..scanning.len()),
-            db,
-            eye,
-            Part::Code,
-            rows.clone(),
-            &mut code_dots,
-        );
-        engine.dot_db(
-            queries.masks(eye, 0..scanning.len()),
-            db,
-            eye,
-            Part::Mask,
-            rows.clone(),
-            &mut mask_dots,
-        );
+    for (eye, [codes, masks]) in queries.iter().enumerate() {
+        engine.dot_db_prepared(codes, db, eye, Part::Code, rows.clone(), &mut code_dots);
+        engine.dot_db_prepared(masks, db, eye, Part::Mask, rows.clone(), &mut mask_dots);
         let block = ROTATION_COUNT * width;
         for qi in 0..scanning.len() {
             let rows = qi * block..(qi + 1) * block;
             pass.fill(
                 eye,
-                qi * width,
-                width,
+                (qi * width, width, width),
                 &code_dots[rows.clone()],
                 &mask_dots[rows],
             );

@@ -1,40 +1,38 @@
-//! The CPU engine: register-tiled SIMD kernels, blocks of database rows per rayon task, the
-//! vector length in chunks or whole (chosen at start by timing both).
+//! The CPU engine: broadcast register tiles ([`crate::engine::kernels`]), query rows in slabs
+//! and database rows in blocks, slabs and blocks in parallel.
 //!
-//! With chunks, a task runs its block chunk by chunk: every query tile against every
-//! database tile of the block over one chunk, the accumulators kept in memory between
-//! chunks. The block's chunk then stays in L1 across all query tiles, so the kernels read it
-//! from there instead of streaming whole vectors from L2 for every tile.
-
-use core::ops::Range;
+//! The query rows are laid out once ([`interleave`]) into the panels the tiles read: per
+//! call, or per batch through [`DotEngine::prepare_queries`], since a batch's database passes
+//! all read the same queries. A block task runs chunk after chunk of the vector length:
+//! every database tile of the block against every query panel of the slab. A tile's
+//! accumulators are results, not lane sums, so a chunk of thousands of coefficients costs one
+//! load and one store of them; the slab's chunk stays in L2 while the block's tiles stream
+//! over it. Where a call has fewer database rows than query rows (a request against a few
+//! candidates), the database rows are laid out instead and the results transposed.
 
 use rayon::prelude::*;
 use zeroize::Zeroizing;
 
-use crate::dot::DotEngine;
+use core::ops::Range;
+
+use crate::db::{MatchDb, Part};
+use crate::dot::{DotEngine, PreparedQueries, QueryLayout};
 use crate::engine::kernels::{
-    chunk_avx2, chunk_avx512_vnni, chunk_scalar, prefetch, reduce, Acc, Avx2, Avx512Vnni, AVX2_D,
-    AVX2_LANES, AVX2_Q, VNNI_D, VNNI_LANES, VNNI_Q,
+    tile_avx2, tile_avx512_vnni, tile_scalar, Acc, Avx2, Avx512Vnni, AVX2_D, AVX2_P, SCALAR_D,
+    SCALAR_P, VNNI_D, VNNI_P,
 };
 use crate::error::EngineError;
-use crate::process::thread_cpu_seconds;
 
-/// Coefficients per chunk, a multiple of 64 like every vector length. A block's chunk is 24
-/// to 32 KB, about the L1; 512 and 2048 measured no faster, with 8 to 32 rows a block.
-pub const CHUNK: usize = 1024;
-/// A chunk as long as the vector: each tile streams whole vectors from L2. Where L2 keeps up
-/// with the multiplies (Zen 4 at one zmm `vpdpwssd` per cycle) this saves the chunking's
-/// overheads, measured 5 to 10 % faster; where it does not (whole vectors reached 0.47 of the
-/// peak on a core issuing two per cycle) chunks keep the block in L1.
-pub const WHOLE: usize = usize::MAX;
-/// The chunk lengths an engine chooses between at start, by timing both.
-pub const CHUNK_CANDIDATES: [usize; 2] = [CHUNK, WHOLE];
-/// Query rows per slab (rounded up to whole query tiles): four requests' 31 rotations, the
-/// shape [`fastest_chunk`] times and the bench's dot phase measures.
+/// Coefficients per chunk (even, like every vector length). A slab's chunk is 512 KB at 128
+/// query rows, inside L2; measured at 1,024 to 12,800, 2,048 was fastest with both SIMD
+/// kernels.
+pub const CHUNK: usize = 2048;
+/// Query rows per slab (rounded up to whole panels): four requests' 31 rotations. A demo
+/// batch with its mirrored queries (3,968 rows, 100 MB of codes) would otherwise be streamed
+/// from memory for every block.
 pub const QUERY_SLAB_ROWS: usize = 124;
-/// How many chunks ahead the database rows are prefetched: memory latency is not hidden by
-/// the next chunk alone (measured).
-const PREFETCH_CHUNKS: usize = 2;
+/// Database rows per block task (rounded down to whole tiles).
+pub const BLOCK_ROWS: usize = 192;
 
 /// Which micro-kernel the engine runs. The SIMD variants carry the token that run-time
 /// detection issues, so a `Kernel` always names instructions this CPU has.
@@ -90,164 +88,134 @@ impl Kernel {
         }
     }
 
-    /// `queries` x `db` into `out`, as [`DotEngine::dot`], in chunks of `chunk`, on the
-    /// current rayon pool.
-    fn run(self, chunk: usize, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
+    /// Query rows per panel of this kernel's tiles: the layout [`interleave`] makes.
+    fn panel_rows(self) -> usize {
         match self {
-            // Database tiles per block: 16 rows here, 6 for AVX2 (12 measured 10 % slower).
-            // AVX-512 reads whole tiles' rows in place (5 % faster than through the panel);
-            // AVX2 through the panel (10 % faster than in place).
-            Kernel::Avx512Vnni(cpu) => tiled::<VNNI_Q, VNNI_D, VNNI_LANES>(
-                (4, true, chunk),
-                |q, d, stride, acc| chunk_avx512_vnni(cpu, q, d, stride, acc),
-                queries,
+            Kernel::Avx512Vnni(_) => VNNI_P,
+            Kernel::Avx2(_) => AVX2_P,
+            Kernel::Scalar => SCALAR_P,
+        }
+    }
+
+    /// `panels` (`nq` query rows interleaved by [`interleave`] for this kernel) x `db` into
+    /// `out`, as [`DotEngine::dot`], in chunks of `chunk`, on the current rayon pool.
+    fn run(self, chunk: usize, panels: &[u16], nq: usize, db: &[u16], len: usize, out: &mut [u16]) {
+        match self {
+            Kernel::Avx512Vnni(cpu) => tiled::<VNNI_P, VNNI_D>(
+                chunk,
+                |q, d, stride, acc| tile_avx512_vnni(cpu, q, d, stride, acc),
+                (panels, nq),
                 db,
                 len,
                 out,
             ),
-            Kernel::Avx2(cpu) => tiled::<AVX2_Q, AVX2_D, AVX2_LANES>(
-                (2, false, chunk),
-                |q, d, stride, acc| chunk_avx2(cpu, q, d, stride, acc),
-                queries,
+            Kernel::Avx2(cpu) => tiled::<AVX2_P, AVX2_D>(
+                chunk,
+                |q, d, stride, acc| tile_avx2(cpu, q, d, stride, acc),
+                (panels, nq),
                 db,
                 len,
                 out,
             ),
             Kernel::Scalar => {
-                tiled::<4, 4, 1>((4, true, chunk), chunk_scalar, queries, db, len, out)
+                tiled::<SCALAR_P, SCALAR_D>(chunk, tile_scalar, (panels, nq), db, len, out)
             }
         }
     }
 }
 
-/// Rows `rows` of the row-major `len`-long vectors in `src`, padded with zero rows to a
-/// multiple of `tile`, repacked chunk by chunk: the chunk at `k0` starts at `k0 * padded`
-/// and holds each row's `k0..k0 + CHUNK` back to back, so a tile's chunk is one contiguous
-/// run (no cache-set conflicts between rows, one stream for the prefetcher). Zeroized when
-/// dropped: it copies shares.
-fn pack(
-    src: &[u16],
-    rows: Range<usize>,
-    len: usize,
-    tile: usize,
-    chunk: usize,
-) -> Zeroizing<Vec<u16>> {
-    let padded = rows.len().div_ceil(tile) * tile;
-    let mut out = Zeroizing::new(vec![0u16; padded * len]);
-    // Row by row, so the reads stream; the writes scatter one chunk per row.
-    for (i, r) in rows.enumerate() {
-        for k0 in (0..len).step_by(chunk) {
-            let kl = chunk.min(len - k0);
-            out[k0 * padded + i * kl..k0 * padded + (i + 1) * kl]
-                .copy_from_slice(&src[r * len + k0..r * len + k0 + kl]);
-        }
-    }
+/// The `len`-long rows of `q` in panels of `p` rows, the last padded with zero rows. Panel
+/// after panel, each holds pair `k` of its every row side by side, then pair `k + 1`: a
+/// chunk `k0..k0 + kl` of a panel is the run `p * k0..p * (k0 + kl)` inside it. In parallel
+/// over panels; zeroized when dropped (it copies shares).
+fn interleave(q: &[u16], len: usize, p: usize) -> Zeroizing<Vec<u16>> {
+    let panels = (q.len() / len).div_ceil(p);
+    let mut out = Zeroizing::new(vec![0u16; panels * p * len]);
+    out.par_chunks_mut(p * len)
+        .zip(q.par_chunks(p * len))
+        .for_each(|(panel, rows)| {
+            let rows: Vec<&[u16]> = rows.chunks_exact(len).collect();
+            // Written in order; the panel's rows are read side by side.
+            for (k, pairs) in panel.chunks_exact_mut(2 * p).enumerate() {
+                for (pair, row) in pairs.chunks_exact_mut(2).zip(&rows) {
+                    pair.copy_from_slice(&row[2 * k..2 * k + 2]);
+                }
+            }
+        });
     out
 }
 
-/// The blocked loop nest around a `Q` x `D` micro-kernel with `L`-lane accumulators, chunks of
-/// `chunk` coefficients, blocks of `block_tiles` database tiles, read in place where `in_place` and the block's tiles are
-/// whole, else copied chunk by chunk into a panel. Rows past the ends are zeros and their
-/// results dropped.
-fn tiled<const Q: usize, const D: usize, const L: usize>(
-    shape: (usize, bool, usize),
-    micro: impl Fn(&[u16], &[u16], usize, &mut Acc<Q, D, L>) + Sync,
-    queries: &[u16],
+/// The loop nest around a `P` x `D` tile: slabs of query panels, each against the whole
+/// database in blocks, slabs and blocks in parallel (so a small database still keeps every
+/// thread busy). `panels` holds `nq` query rows as [`interleave`] lays them out.
+fn tiled<const P: usize, const D: usize>(
+    chunk: usize,
+    tile: impl Fn(&[u16], &[u16], usize, &mut Acc<P, D>) + Sync,
+    (panels, nq): (&[u16], usize),
     db: &[u16],
     len: usize,
     out: &mut [u16],
 ) {
-    // Slabs of query rows, each against the whole database: a slab's vectors stay in cache
-    // while every database block passes over them. Without slabs a batch of 64 requests with
-    // their mirrored queries (3,968 rows, 100 MB of codes) is streamed from memory for every
-    // block, and the kernel ran at half the speed it has on a slab.
-    // Slabs run in parallel as well as the blocks inside them, so a small database still
-    // keeps every thread busy.
-    let slab = QUERY_SLAB_ROWS.div_ceil(Q) * Q;
+    let slab = QUERY_SLAB_ROWS.div_ceil(P) * P;
     let nd = db.len() / len;
-    queries
+    assert_eq!(panels.len(), nq.div_ceil(P) * P * len);
+    panels
         .par_chunks(slab * len)
         .zip(out.par_chunks_mut(slab * nd))
-        .for_each(|(qs, os)| tiled_slab(shape, &micro, qs, db, len, os));
+        .for_each(|(qs, os)| tiled_slab(chunk, &tile, (qs, os.len() / nd), db, len, os));
 }
 
-/// [`tiled`] for one slab of query rows.
-fn tiled_slab<const Q: usize, const D: usize, const L: usize>(
-    (block_tiles, in_place, chunk): (usize, bool, usize),
-    micro: &(impl Fn(&[u16], &[u16], usize, &mut Acc<Q, D, L>) + Sync),
-    queries: &[u16],
+/// [`tiled`] for one slab of `nq` query rows.
+fn tiled_slab<const P: usize, const D: usize>(
+    chunk: usize,
+    tile: &(impl Fn(&[u16], &[u16], usize, &mut Acc<P, D>) + Sync),
+    (panels, nq): (&[u16], usize),
     db: &[u16],
     len: usize,
     out: &mut [u16],
 ) {
     let chunk = chunk.min(len);
-    let nq = queries.len() / len;
     let nd = db.len() / len;
-    let block = D * block_tiles;
-    let q_tiles = nq.div_ceil(Q);
-    // Whole vectors: full query tiles are read in place, only the last, part tile is copied
-    // (with zero rows). Chunks: every query packed chunk by chunk.
-    let whole = chunk == len;
-    let in_place_tiles = if whole { nq / Q } else { 0 };
-    let packed_queries = pack(queries, in_place_tiles * Q..nq, len, Q, chunk);
-    // Each task: one block of database rows against all queries, into its own buffer.
+    let n_panels = panels.len() / (P * len);
+    let block = (BLOCK_ROWS / D).max(1) * D;
     let blocks: Vec<(usize, Vec<u16>)> = (0..nd.div_ceil(block))
         .into_par_iter()
         .map(|b| {
             let d0 = b * block;
             let d1 = (d0 + block).min(nd);
             let width = d1 - d0;
-            let d_tiles = width.div_ceil(D);
-            let d_rows = d_tiles * D;
-            // The block's chunk, rows back to back: it stays in L1 while every query tile
-            // passes over it.
-            let part = !in_place || width != d_rows;
-            let mut panel = Zeroizing::new(vec![0u16; usize::from(part) * d_rows * chunk.min(len)]);
-            let mut acc = vec![[[[0i32; L]; D]; Q]; q_tiles * d_tiles];
+            let tiles = width.div_ceil(D);
+            let whole_tiles = width / D;
+            // A last, part tile reads a copy padded with zero rows, not past the database.
+            let mut tail = Zeroizing::new(Vec::new());
+            if whole_tiles < tiles {
+                tail.resize(D * len, 0);
+                tail[..(width - whole_tiles * D) * len]
+                    .copy_from_slice(&db[(d0 + whole_tiles * D) * len..d1 * len]);
+            }
+            let mut acc = vec![[[0i32; P]; D]; tiles * n_panels];
             for k0 in (0..len).step_by(chunk) {
                 let kl = chunk.min(len - k0);
-                let qs: Vec<&[u16]> = (0..q_tiles)
-                    .map(|t| {
-                        if whole && t < in_place_tiles {
-                            &queries[t * Q * len..(t + 1) * Q * len]
-                        } else {
-                            let t = t - in_place_tiles;
-                            &packed_queries[k0 * (q_tiles - in_place_tiles) * Q + t * Q * kl..]
-                                [..Q * kl]
-                        }
-                    })
-                    .collect();
-                let ahead = (k0 + PREFETCH_CHUNKS * chunk).min(len);
-                let ahead_len = chunk.min(len - ahead);
-                // In place the rows are `len` apart; in the panel `kl`, zero rows after the
-                // block's.
-                let (ds, stride) = if !part {
-                    (&db[d0 * len + k0..(d1 - 1) * len + k0 + kl], len)
-                } else {
-                    let ds = &mut panel[..d_rows * kl];
-                    for (r, dst) in (d0..d1).zip(ds.chunks_exact_mut(kl)) {
-                        dst.copy_from_slice(&db[r * len + k0..r * len + k0 + kl]);
-                    }
-                    ds[width * kl..].fill(0);
-                    (&panel[..d_rows * kl], kl)
-                };
-                for (t, (&q, tiles)) in qs.iter().zip(acc.chunks_exact_mut(d_tiles)).enumerate() {
-                    // A later chunk of a row or two, fetched from memory while this one
-                    // computes.
-                    for r in (d0 + t..d1).step_by(q_tiles) {
-                        prefetch(&db[r * len + ahead..r * len + ahead + ahead_len]);
-                    }
-                    for (dt, tile) in tiles.iter_mut().enumerate() {
-                        micro(q, &ds[dt * D * stride..], stride, tile);
+                for (t, accs) in acc.chunks_exact_mut(n_panels).enumerate() {
+                    let rows = if t < whole_tiles {
+                        &db[(d0 + t * D) * len..]
+                    } else {
+                        &tail[..]
+                    };
+                    let ds = &rows[k0..(D - 1) * len + k0 + kl];
+                    for (panel, a) in panels.chunks_exact(P * len).zip(accs.iter_mut()) {
+                        tile(&panel[P * k0..P * (k0 + kl)], ds, len, a);
                     }
                 }
             }
             let mut buf = vec![0u16; nq * width];
-            for (t, tile) in acc.iter().enumerate() {
-                let (q0, c0) = ((t / d_tiles) * Q, (t % d_tiles) * D);
-                for (i, row) in tile.iter().enumerate().take(nq - q0) {
-                    for (j, lanes) in row.iter().enumerate().take(width - c0) {
-                        buf[(q0 + i) * width + c0 + j] = reduce(lanes);
+            for (t, accs) in acc.chunks_exact(n_panels).enumerate() {
+                for (p, a) in accs.iter().enumerate() {
+                    for (j, results) in a.iter().enumerate().take(width - t * D) {
+                        for (r, &v) in results.iter().enumerate().take(nq - p * P) {
+                            // Mod 2^16.
+                            buf[(p * P + r) * width + t * D + j] = v as u16;
+                        }
                     }
                 }
             }
@@ -263,43 +231,6 @@ fn tiled_slab<const Q: usize, const D: usize, const L: usize>(
     }
 }
 
-/// Which of [`CHUNK_CANDIDATES`] runs `kernel` faster on this core: a batch's shape (124
-/// query rotations, 32 code vectors), the best of three runs each, on this thread's CPU time.
-/// Either gives the same results; this picks the loop nest for the cache this core has.
-pub fn fastest_chunk(kernel: Kernel) -> usize {
-    // The portable kernel is the fallback, not worth a start-up delay (seconds unoptimised).
-    if kernel == Kernel::Scalar {
-        return WHOLE;
-    }
-    // One thread, timed from inside it: the loop nest's tasks all run where the clock is.
-    let Ok(pool) = rayon::ThreadPoolBuilder::new().num_threads(1).build() else {
-        return CHUNK;
-    };
-    let len = sdk_orb::CODE_COEFS;
-    let queries: Vec<u16> = (0..124 * len).map(|i| (i * 7) as u16).collect();
-    let db: Vec<u16> = (0..32 * len).map(|i| (i * 13) as u16).collect();
-    let mut out = vec![0u16; 124 * 32];
-    let mut time = |chunk| {
-        pool.install(|| {
-            (0..3)
-                .map(|_| {
-                    let start = thread_cpu_seconds();
-                    kernel.run(chunk, &queries, &db, len, &mut out);
-                    thread_cpu_seconds() - start
-                })
-                .fold(f64::INFINITY, f64::min)
-        })
-    };
-    let mut best = (CHUNK_CANDIDATES[0], f64::INFINITY);
-    for chunk in CHUNK_CANDIDATES {
-        let t = time(chunk);
-        if t < best.1 {
-            best = (chunk, t);
-        }
-    }
-    best.0
-}
-
 /// The CPU dot-product engine.
 #[derive(Debug)]
 pub struct CpuEngine {
@@ -311,10 +242,9 @@ pub struct CpuEngine {
 impl CpuEngine {
     /// The fastest supported kernel on rayon's global pool.
     pub fn new() -> CpuEngine {
-        let kernel = Kernel::detect();
         CpuEngine {
-            kernel,
-            chunk: fastest_chunk(kernel),
+            kernel: Kernel::detect(),
+            chunk: CHUNK,
             pool: None,
         }
     }
@@ -324,11 +254,11 @@ impl CpuEngine {
     /// # Errors
     /// The thread pool cannot be started.
     pub fn with(kernel: Kernel, threads: usize) -> Result<CpuEngine, EngineError> {
-        CpuEngine::with_chunk(kernel, threads, fastest_chunk(kernel))
+        CpuEngine::with_chunk(kernel, threads, CHUNK)
     }
 
-    /// A given kernel and chunk length (one of [`CHUNK_CANDIDATES`]) on a dedicated pool of
-    /// `threads` threads.
+    /// A given kernel and chunk length (even, at least 2; [`CHUNK`] is the measured choice)
+    /// on a dedicated pool of `threads` threads.
     ///
     /// # Errors
     /// The thread pool cannot be started.
@@ -344,7 +274,7 @@ impl CpuEngine {
             .map_err(|_| EngineError::Threads(threads))?;
         Ok(CpuEngine {
             kernel,
-            chunk: chunk.max(64),
+            chunk: chunk.max(2) & !1,
             pool: Some(pool),
         })
     }
@@ -354,7 +284,7 @@ impl CpuEngine {
         self.kernel
     }
 
-    /// The chunk length in use ([`WHOLE`]: whole vectors).
+    /// The chunk length in use, in coefficients.
     pub fn chunk(&self) -> usize {
         self.chunk
     }
@@ -363,6 +293,30 @@ impl CpuEngine {
 impl Default for CpuEngine {
     fn default() -> CpuEngine {
         CpuEngine::new()
+    }
+}
+
+impl CpuEngine {
+    /// `f` on the engine's pool (or the current one).
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
+    }
+
+    /// [`DotEngine::dot`] for queries laid out by [`interleave`] for this engine's kernel.
+    fn dot_panels(&self, panels: &[u16], nq: usize, db: &[u16], len: usize, out: &mut [u16]) {
+        assert!(
+            len > 0 && len.is_multiple_of(64),
+            "vector length must be a multiple of 64"
+        );
+        assert_eq!(db.len() % len, 0);
+        assert_eq!(out.len(), nq * (db.len() / len));
+        if out.is_empty() {
+            return;
+        }
+        self.install(|| self.kernel.run(self.chunk, panels, nq, db, len, out));
     }
 }
 
@@ -377,14 +331,60 @@ impl DotEngine for CpuEngine {
             "vector length must be a multiple of 64"
         );
         assert_eq!(queries.len() % len, 0);
-        assert_eq!(db.len() % len, 0);
-        assert_eq!(out.len(), (queries.len() / len) * (db.len() / len));
-        if out.is_empty() {
+        let nq = queries.len() / len;
+        if nq == 0 || db.is_empty() {
+            assert_eq!(db.len() % len, 0);
+            assert!(out.is_empty());
             return;
         }
-        match &self.pool {
-            Some(pool) => pool.install(|| self.kernel.run(self.chunk, queries, db, len, out)),
-            None => self.kernel.run(self.chunk, queries, db, len, out),
+        let p = self.kernel.panel_rows();
+        let nd = db.len() / len;
+        if nd >= nq {
+            let panels = self.install(|| interleave(queries, len, p));
+            self.dot_panels(&panels, nq, db, len, out);
+        } else {
+            // Fewer database rows: those are laid out, the queries read in place, and the
+            // results transposed (a request against a few candidates or one entry).
+            let panels = self.install(|| interleave(db, len, p));
+            let mut transposed = vec![0u16; nd * nq];
+            self.dot_panels(&panels, nd, queries, len, &mut transposed);
+            for (d, results) in transposed.chunks_exact(nq).enumerate() {
+                for (q, &v) in results.iter().enumerate() {
+                    out[q * nd + d] = v;
+                }
+            }
+        }
+    }
+
+    fn prepare_queries(&self, queries: Zeroizing<Vec<u16>>, len: usize) -> PreparedQueries {
+        let rows = queries.len() / len;
+        let panel = self.kernel.panel_rows();
+        PreparedQueries {
+            rows,
+            layout: QueryLayout::Panels(panel),
+            data: self.install(|| interleave(&queries, len, panel)),
+        }
+    }
+
+    fn dot_db_prepared(
+        &self,
+        queries: &PreparedQueries,
+        db: &MatchDb,
+        eye: usize,
+        part: Part,
+        rows: Range<usize>,
+        out: &mut [u16],
+    ) {
+        match queries.layout {
+            QueryLayout::Panels(p) if p == self.kernel.panel_rows() => self.dot_panels(
+                &queries.data,
+                queries.rows,
+                db.vectors(eye, part, rows),
+                part.coefs(),
+                out,
+            ),
+            QueryLayout::Rows => self.dot_db(&queries.data, db, eye, part, rows, out),
+            QueryLayout::Panels(_) => panic!("queries laid out for another kernel"),
         }
     }
 }

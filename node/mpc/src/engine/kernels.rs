@@ -1,10 +1,13 @@
-//! Register-tiled micro-kernels: a tile of query vectors against database vectors over one
-//! chunk of the vector length, adding into 32-bit lane accumulators that live in memory
-//! between chunks (exact mod 2^16: products of u16 read as i16 agree with the unsigned
-//! products mod 2^16, and i32 wrap-around keeps every sum exact mod 2^32).
+//! Register tiles with broadcast: a tile holds `P` query rows across the lanes of its
+//! accumulators and `D` database rows. Query rows come interleaved (coefficient pair `k` of
+//! every row of the tile side by side, then pair `k + 1`), so one vector load brings a pair of
+//! `P / lanes` rows per register, and each database row's pair is broadcast to every lane.
+//! Every lane of every accumulator is then one result: no horizontal sums, and the
+//! accumulators stay in registers for as long a stretch of the vector as the caller passes
+//! (exact mod 2^16: products of u16 read as i16 agree with the unsigned products mod 2^16,
+//! and i32 wrap-around keeps every sum exact mod 2^32).
 //!
-//! The tile shape is per kernel: it is what the instruction set's registers hold without
-//! spilling.
+//! The tile shape is per kernel: what the instruction set's registers hold without spilling.
 
 /// Proof that this CPU runs AVX-512 F, BW and VNNI. Only [`Avx512Vnni::detect`] makes one, so
 /// a kernel that takes it can run those instructions safely.
@@ -40,130 +43,101 @@ impl Avx2 {
     }
 }
 
-/// A tile's accumulators, `[query][db][lane]`; a result is the wrapping sum of its lanes.
-pub type Acc<const Q: usize, const D: usize, const L: usize> = [[[i32; L]; D]; Q];
+/// A tile's accumulators, `[database row][query row]`: each is one result, exact mod 2^32.
+pub type Acc<const P: usize, const D: usize> = [[i32; P]; D];
 
-/// The result of one accumulator, mod 2^16.
-pub fn reduce<const L: usize>(lanes: &[i32; L]) -> u16 {
-    lanes.iter().fold(0i32, |a, &b| a.wrapping_add(b)) as u16
+/// AVX-512 tile: 32 query rows (two zmm of lanes) by 12 database rows, 24 accumulators, the
+/// two query vectors and four broadcasts in the 32 registers: 14 loads per 24 `vpdpwssd`.
+pub const VNNI_P: usize = 32;
+/// Database rows per AVX-512 tile.
+pub const VNNI_D: usize = 12;
+/// AVX2 tile: 16 query rows (two ymm) by 6 database rows, 12 accumulators, the two query
+/// vectors, one broadcast and one product fill the 16 registers: 8 loads per 12 `vpmaddwd`.
+pub const AVX2_P: usize = 16;
+/// Database rows per AVX2 tile.
+pub const AVX2_D: usize = 6;
+/// Portable tile.
+pub const SCALAR_P: usize = 8;
+/// Database rows per portable tile.
+pub const SCALAR_D: usize = 4;
+
+/// Checks what a tile reads and returns its coefficient pairs: `qp` holds `p` query rows
+/// interleaved (pair `k` of every row, row after row, then pair `k + 1`), and `d` holds
+/// `rows_d` database rows of as many coefficients, the `j`-th at `j * d_stride`.
+#[inline(always)]
+fn check_tile(qp: &[u16], p: usize, d: &[u16], d_stride: usize, rows_d: usize) -> usize {
+    // `p` is a constant in every caller, so this divides by a constant.
+    let pairs = qp.len() / (2 * p);
+    let len = 2 * pairs;
+    assert!(
+        qp.len() == p * len && d_stride >= len && d.len() >= (rows_d - 1) * d_stride + len,
+        "a tile's rows must have one even length"
+    );
+    pairs
 }
 
-/// AVX-512 tile: 6 x 4 accumulators plus 4 database vectors and one query vector fit the 32
-/// registers, 10 loads per 24 `vpdpwssd`.
-pub const VNNI_Q: usize = 6;
-/// Database vectors per AVX-512 tile.
-pub const VNNI_D: usize = 4;
-/// i32 lanes of a zmm register.
-pub const VNNI_LANES: usize = 16;
-/// AVX2 tile: 4 x 3 accumulators, 2 database vectors, one query vector and one product fill
-/// the 16 ymm registers (the 6 x 4 tile spilled), the third database vector read as a memory
-/// operand: 10 loads per 12 `vpmaddwd`.
-pub const AVX2_Q: usize = 4;
-/// Database vectors per AVX2 tile.
-pub const AVX2_D: usize = 3;
-/// i32 lanes of a ymm register.
-pub const AVX2_LANES: usize = 8;
-
-/// Asks the CPU to bring `data` into L2 ahead of its use (a hint: no effect on results).
-pub fn prefetch(data: &[u16]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in data.chunks(32) {
-        // SAFETY: SSE is part of x86_64; a prefetch reads nothing architecturally and cannot
-        // fault, and the address is inside a live slice anyway.
-        unsafe {
-            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(
-                line.as_ptr().cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
-}
-
-/// Portable fallback: one lane per accumulator.
+/// Portable tile: `P` interleaved query rows against `D` database rows, added into `acc`.
 ///
 /// # Panics
-/// As [`chunk_avx2`], for any length.
-pub fn chunk_scalar<const Q: usize, const D: usize>(
-    q: &[u16],
+/// As [`tile_avx512_vnni`].
+pub fn tile_scalar<const P: usize, const D: usize>(
+    qp: &[u16],
     d: &[u16],
     d_stride: usize,
-    acc: &mut Acc<Q, D, 1>,
+    acc: &mut Acc<P, D>,
 ) {
-    let len = check_lengths(q, Q, d, d_stride, D, 1);
-    for (qi, row) in q.chunks_exact(len).zip(acc.iter_mut()) {
-        for (j, a) in row.iter_mut().enumerate() {
-            let dj = &d[j * d_stride..j * d_stride + len];
-            a[0] = qi.iter().zip(dj.iter()).fold(a[0], |s, (&x, &y)| {
-                s.wrapping_add(i32::from(x as i16) * i32::from(y as i16))
-            });
+    let pairs = check_tile(qp, P, d, d_stride, D);
+    let s = |x: u16| i32::from(x as i16);
+    for k in 0..pairs {
+        let q = &qp[k * 2 * P..(k + 1) * 2 * P];
+        for (j, row) in acc.iter_mut().enumerate() {
+            let (d0, d1) = (s(d[j * d_stride + 2 * k]), s(d[j * d_stride + 2 * k + 1]));
+            for (a, q) in row.iter_mut().zip(q.chunks_exact(2)) {
+                *a = a.wrapping_add((s(q[0]) * d0).wrapping_add(s(q[1]) * d1));
+            }
         }
     }
 }
 
-/// Checks what a tile reads: `rows_q` query vectors back to back in `q`, and `rows_d`
-/// database vectors in `d`, the `j`-th at `j * d_stride`, all of one length, a whole number
-/// of `step`-element registers; returns the length.
-#[inline(always)]
-fn check_lengths(
-    q: &[u16],
-    rows_q: usize,
-    d: &[u16],
-    d_stride: usize,
-    rows_d: usize,
-    step: usize,
-) -> usize {
-    // `rows_q` is a constant in every caller, so this divides by a constant.
-    let len = q.len() / rows_q;
-    assert!(
-        len.is_multiple_of(step)
-            && q.len() == rows_q * len
-            && d_stride >= len
-            && d.len() >= (rows_d - 1) * d_stride + len,
-        "a tile's vectors must have one length, a multiple of {step}"
-    );
-    len
-}
-
-/// AVX-512 VNNI tile over one chunk: `q` holds [`VNNI_Q`] vectors back to back, `d`
-/// [`VNNI_D`] at a stride of `d_stride` elements (the chunk of rows in place).
+/// AVX-512 VNNI tile: [`VNNI_P`] interleaved query rows against [`VNNI_D`] database rows at a
+/// stride of `d_stride` elements, added into `acc`.
 ///
 /// # Panics
-/// If the vectors differ in length, the length is not a multiple of 32, or `d` is too short.
-pub fn chunk_avx512_vnni(
+/// If `qp` is not [`VNNI_P`] rows of one even length, or `d` is too short for it.
+pub fn tile_avx512_vnni(
     _cpu: Avx512Vnni,
-    q: &[u16],
+    qp: &[u16],
     d: &[u16],
     d_stride: usize,
-    acc: &mut Acc<VNNI_Q, VNNI_D, VNNI_LANES>,
+    acc: &mut Acc<VNNI_P, VNNI_D>,
 ) {
-    let len = check_lengths(q, VNNI_Q, d, d_stride, VNNI_D, 32);
+    let pairs = check_tile(qp, VNNI_P, d, d_stride, VNNI_D);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the token proves the CPU has the target features; the lengths were checked.
     unsafe {
-        x86::chunk_avx512_vnni(q, d, len, d_stride, acc)
+        x86::tile_avx512_vnni(qp, d, pairs, d_stride, acc)
     };
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("no token exists off x86_64")
 }
 
-/// AVX2 tile over one chunk: `q` holds [`AVX2_Q`] vectors back to back, `d` [`AVX2_D`] at a
-/// stride of `d_stride` elements.
+/// AVX2 tile: [`AVX2_P`] interleaved query rows against [`AVX2_D`] database rows at a stride
+/// of `d_stride` elements, added into `acc`.
 ///
 /// # Panics
-/// If the vectors differ in length, the length is not a multiple of 16, or `d` is too short.
-pub fn chunk_avx2(
+/// If `qp` is not [`AVX2_P`] rows of one even length, or `d` is too short for it.
+pub fn tile_avx2(
     _cpu: Avx2,
-    q: &[u16],
+    qp: &[u16],
     d: &[u16],
     d_stride: usize,
-    acc: &mut Acc<AVX2_Q, AVX2_D, AVX2_LANES>,
+    acc: &mut Acc<AVX2_P, AVX2_D>,
 ) {
-    let len = check_lengths(q, AVX2_Q, d, d_stride, AVX2_D, 16);
+    let pairs = check_tile(qp, AVX2_P, d, d_stride, AVX2_D);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the token proves the CPU has the target feature; the lengths were checked.
     unsafe {
-        x86::chunk_avx2(q, d, len, d_stride, acc)
+        x86::tile_avx2(qp, d, pairs, d_stride, acc)
     };
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("no token exists off x86_64")
@@ -171,35 +145,35 @@ pub fn chunk_avx2(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Acc, AVX2_D, AVX2_LANES, AVX2_Q, VNNI_D, VNNI_LANES, VNNI_Q};
+    use super::{Acc, AVX2_D, AVX2_P, VNNI_D, VNNI_P};
     use core::arch::asm;
 
     /// AVX-512 VNNI: `vpdpwssd` multiplies 32 pairs of i16 and adds adjacent products into
-    /// 16 i32 lanes. Assembly: LLVM splits most `vpdpwssd` intrinsics into `vpmaddwd` plus
-    /// `vpaddd`, twice the instructions, and the tile then reached about 60 % of the peak.
+    /// 16 i32 lanes; here the lanes are 16 query rows and the other operand is one database
+    /// row's pair broadcast. Assembly: LLVM splits most `vpdpwssd` intrinsics into
+    /// `vpmaddwd` plus `vpaddd`, twice the instructions.
     ///
     /// # Safety
-    /// The CPU must support `avx512f`, `avx512bw` and `avx512vnni`; `q` must hold [`VNNI_Q`]
-    /// vectors of `len`, a multiple of 32, back to back, and `d` [`VNNI_D`] of `len` starting
-    /// `d_stride` elements apart.
+    /// The CPU must support `avx512f`, `avx512bw` and `avx512vnni`; `qp` must hold
+    /// `pairs` steps of [`VNNI_P`] interleaved pairs, and `d` [`VNNI_D`] rows of at least
+    /// `2 * pairs` elements starting `d_stride` elements apart.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn chunk_avx512_vnni(
-        q: &[u16],
+    pub unsafe fn tile_avx512_vnni(
+        qp: &[u16],
         d: &[u16],
-        len: usize,
+        pairs: usize,
         d_stride: usize,
-        acc: &mut Acc<VNNI_Q, VNNI_D, VNNI_LANES>,
+        acc: &mut Acc<VNNI_P, VNNI_D>,
     ) {
-        const _: () = assert!(VNNI_Q == 6 && VNNI_D == 4 && VNNI_LANES == 16);
-        if len == 0 {
+        const _: () = assert!(VNNI_P == 32 && VNNI_D == 12);
+        if pairs == 0 {
             return;
         }
-        let stride = len * 2;
-        // SAFETY: `acc` is 24 x 64 bytes, read and written back whole. Each of the len / 32
-        // iterations reads 64 bytes at byte offset k of every vector (k < len * 2, stepping
-        // by 64): inside `q` (6 vectors of `len` back to back; q + 4 * stride is the fifth)
-        // and `d` (4 vectors of `len`, d_stride apart). Unaligned loads are allowed; the
-        // caller guarantees the features.
+        let sd = d_stride * 2;
+        // SAFETY: `acc` is 24 x 64 bytes, read and written back whole. Step k reads 128 bytes
+        // of `qp` at 128 * k (inside its `pairs` steps) and 4 bytes at 4 * k of each database
+        // row j (at byte j * sd, j < 12; `d4` and `d8` start at rows 4 and 8): inside `d`.
+        // Unaligned loads are allowed; the caller guarantees the features.
         unsafe {
             asm!(
                 "vmovdqu64 zmm0, [{a} + 0]",
@@ -227,43 +201,48 @@ mod x86 {
                 "vmovdqu64 zmm22, [{a} + 1408]",
                 "vmovdqu64 zmm23, [{a} + 1472]",
                 "2:",
-                "vmovdqu64 zmm24, [{d}]",
-                "vmovdqu64 zmm25, [{d} + {sd}]",
-                "vmovdqu64 zmm26, [{d} + 2*{sd}]",
-                "vmovdqu64 zmm27, [{d} + {sd3}]",
-                "vmovdqu64 zmm28, [{q}]",
-                "vpdpwssd zmm0, zmm28, zmm24",
-                "vpdpwssd zmm1, zmm28, zmm25",
-                "vpdpwssd zmm2, zmm28, zmm26",
-                "vpdpwssd zmm3, zmm28, zmm27",
-                "vmovdqu64 zmm29, [{q} + {s}]",
-                "vpdpwssd zmm4, zmm29, zmm24",
-                "vpdpwssd zmm5, zmm29, zmm25",
-                "vpdpwssd zmm6, zmm29, zmm26",
-                "vpdpwssd zmm7, zmm29, zmm27",
-                "vmovdqu64 zmm28, [{q} + 2*{s}]",
-                "vpdpwssd zmm8, zmm28, zmm24",
-                "vpdpwssd zmm9, zmm28, zmm25",
-                "vpdpwssd zmm10, zmm28, zmm26",
-                "vpdpwssd zmm11, zmm28, zmm27",
-                "vmovdqu64 zmm29, [{q} + {s3}]",
-                "vpdpwssd zmm12, zmm29, zmm24",
-                "vpdpwssd zmm13, zmm29, zmm25",
-                "vpdpwssd zmm14, zmm29, zmm26",
-                "vpdpwssd zmm15, zmm29, zmm27",
-                "vmovdqu64 zmm28, [{q4}]",
-                "vpdpwssd zmm16, zmm28, zmm24",
-                "vpdpwssd zmm17, zmm28, zmm25",
-                "vpdpwssd zmm18, zmm28, zmm26",
-                "vpdpwssd zmm19, zmm28, zmm27",
-                "vmovdqu64 zmm29, [{q4} + {s}]",
-                "vpdpwssd zmm20, zmm29, zmm24",
-                "vpdpwssd zmm21, zmm29, zmm25",
-                "vpdpwssd zmm22, zmm29, zmm26",
-                "vpdpwssd zmm23, zmm29, zmm27",
-                "add {q}, 64",
-                "add {q4}, 64",
-                "add {d}, 64",
+                "vmovdqu64 zmm24, [{q}]",
+                "vmovdqu64 zmm25, [{q} + 64]",
+                "vpbroadcastd zmm26, dword ptr [{d}]",
+                "vpdpwssd zmm0, zmm24, zmm26",
+                "vpdpwssd zmm1, zmm25, zmm26",
+                "vpbroadcastd zmm27, dword ptr [{d} + {sd}]",
+                "vpdpwssd zmm2, zmm24, zmm27",
+                "vpdpwssd zmm3, zmm25, zmm27",
+                "vpbroadcastd zmm28, dword ptr [{d} + 2*{sd}]",
+                "vpdpwssd zmm4, zmm24, zmm28",
+                "vpdpwssd zmm5, zmm25, zmm28",
+                "vpbroadcastd zmm29, dword ptr [{d} + {sd3}]",
+                "vpdpwssd zmm6, zmm24, zmm29",
+                "vpdpwssd zmm7, zmm25, zmm29",
+                "vpbroadcastd zmm26, dword ptr [{d4}]",
+                "vpdpwssd zmm8, zmm24, zmm26",
+                "vpdpwssd zmm9, zmm25, zmm26",
+                "vpbroadcastd zmm27, dword ptr [{d4} + {sd}]",
+                "vpdpwssd zmm10, zmm24, zmm27",
+                "vpdpwssd zmm11, zmm25, zmm27",
+                "vpbroadcastd zmm28, dword ptr [{d4} + 2*{sd}]",
+                "vpdpwssd zmm12, zmm24, zmm28",
+                "vpdpwssd zmm13, zmm25, zmm28",
+                "vpbroadcastd zmm29, dword ptr [{d4} + {sd3}]",
+                "vpdpwssd zmm14, zmm24, zmm29",
+                "vpdpwssd zmm15, zmm25, zmm29",
+                "vpbroadcastd zmm26, dword ptr [{d8}]",
+                "vpdpwssd zmm16, zmm24, zmm26",
+                "vpdpwssd zmm17, zmm25, zmm26",
+                "vpbroadcastd zmm27, dword ptr [{d8} + {sd}]",
+                "vpdpwssd zmm18, zmm24, zmm27",
+                "vpdpwssd zmm19, zmm25, zmm27",
+                "vpbroadcastd zmm28, dword ptr [{d8} + 2*{sd}]",
+                "vpdpwssd zmm20, zmm24, zmm28",
+                "vpdpwssd zmm21, zmm25, zmm28",
+                "vpbroadcastd zmm29, dword ptr [{d8} + {sd3}]",
+                "vpdpwssd zmm22, zmm24, zmm29",
+                "vpdpwssd zmm23, zmm25, zmm29",
+                "add {q}, 128",
+                "add {d}, 4",
+                "add {d4}, 4",
+                "add {d8}, 4",
                 "dec {n}",
                 "jnz 2b",
                 "vmovdqu64 [{a} + 0], zmm0",
@@ -291,14 +270,13 @@ mod x86 {
                 "vmovdqu64 [{a} + 1408], zmm22",
                 "vmovdqu64 [{a} + 1472], zmm23",
                 a = in(reg) acc.as_mut_ptr(),
-                q = inout(reg) q.as_ptr() => _,
-                q4 = inout(reg) q.as_ptr().add(4 * len) => _,
+                q = inout(reg) qp.as_ptr() => _,
                 d = inout(reg) d.as_ptr() => _,
-                s = in(reg) stride,
-                s3 = in(reg) 3 * stride,
-                sd = in(reg) d_stride * 2,
-                sd3 = in(reg) d_stride * 6,
-                n = inout(reg) len / 32 => _,
+                d4 = inout(reg) d.as_ptr().add(4 * d_stride) => _,
+                d8 = inout(reg) d.as_ptr().add(8 * d_stride) => _,
+                sd = in(reg) sd,
+                sd3 = in(reg) 3 * sd,
+                n = inout(reg) pairs => _,
                 out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
                 out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
                 out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
@@ -313,30 +291,30 @@ mod x86 {
     }
 
     /// AVX2: `vpmaddwd` multiplies 16 pairs of i16 and adds adjacent products into 8 i32
-    /// lanes; `vpaddd` accumulates them. Assembly, to place the 16 registers exactly: 12
-    /// accumulators, 2 database vectors, the query vector and the product; the third database
-    /// vector is a memory operand.
+    /// lanes (8 query rows here, against one database row's pair broadcast); `vpaddd`
+    /// accumulates them. Assembly, to place the 16 registers exactly.
     ///
     /// # Safety
-    /// The CPU must support `avx2`; `q` must hold [`AVX2_Q`] vectors of `len`, a multiple of
-    /// 16, back to back, and `d` [`AVX2_D`] of `len` starting `d_stride` elements apart.
+    /// The CPU must support `avx2`; `qp` must hold `pairs` steps of [`AVX2_P`] interleaved
+    /// pairs, and `d` [`AVX2_D`] rows of at least `2 * pairs` elements starting `d_stride`
+    /// elements apart.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn chunk_avx2(
-        q: &[u16],
+    pub unsafe fn tile_avx2(
+        qp: &[u16],
         d: &[u16],
-        len: usize,
+        pairs: usize,
         d_stride: usize,
-        acc: &mut Acc<AVX2_Q, AVX2_D, AVX2_LANES>,
+        acc: &mut Acc<AVX2_P, AVX2_D>,
     ) {
-        const _: () = assert!(AVX2_Q == 4 && AVX2_D == 3 && AVX2_LANES == 8);
-        if len == 0 {
+        const _: () = assert!(AVX2_P == 16 && AVX2_D == 6);
+        if pairs == 0 {
             return;
         }
-        let stride = len * 2;
-        // SAFETY: `acc` is 12 x 32 bytes, read and written back whole. Each of the len / 16
-        // iterations reads 32 bytes at byte offset k of every vector (k < len * 2, stepping
-        // by 32): inside `q` (4 vectors of `len` back to back) and `d` (3 vectors of `len`,
-        // d_stride apart). Unaligned loads are allowed; the caller guarantees the feature.
+        let sd = d_stride * 2;
+        // SAFETY: `acc` is 12 x 32 bytes, read and written back whole. Step k reads 64 bytes
+        // of `qp` at 64 * k (inside its `pairs` steps) and 4 bytes at 4 * k of each database
+        // row j (at byte j * sd, j < 6; `d4` starts at row 4): inside `d`. Unaligned loads
+        // are allowed; the caller guarantees the feature.
         unsafe {
             asm!(
                 "vmovdqu ymm0, [{a} + 0]",
@@ -352,38 +330,41 @@ mod x86 {
                 "vmovdqu ymm10, [{a} + 320]",
                 "vmovdqu ymm11, [{a} + 352]",
                 "2:",
-                "vmovdqu ymm12, [{d}]",
-                "vmovdqu ymm13, [{d} + {sd}]",
-                "vmovdqu ymm14, [{q}]",
-                "vpmaddwd ymm15, ymm14, ymm12",
+                "vmovdqu ymm12, [{q}]",
+                "vmovdqu ymm13, [{q} + 32]",
+                "vpbroadcastd ymm14, dword ptr [{d}]",
+                "vpmaddwd ymm15, ymm12, ymm14",
                 "vpaddd ymm0, ymm0, ymm15",
-                "vpmaddwd ymm15, ymm14, ymm13",
+                "vpmaddwd ymm15, ymm13, ymm14",
                 "vpaddd ymm1, ymm1, ymm15",
-                "vpmaddwd ymm15, ymm14, [{d} + 2*{sd}]",
+                "vpbroadcastd ymm14, dword ptr [{d} + {sd}]",
+                "vpmaddwd ymm15, ymm12, ymm14",
                 "vpaddd ymm2, ymm2, ymm15",
-                "vmovdqu ymm14, [{q} + {s}]",
-                "vpmaddwd ymm15, ymm14, ymm12",
+                "vpmaddwd ymm15, ymm13, ymm14",
                 "vpaddd ymm3, ymm3, ymm15",
-                "vpmaddwd ymm15, ymm14, ymm13",
+                "vpbroadcastd ymm14, dword ptr [{d} + 2*{sd}]",
+                "vpmaddwd ymm15, ymm12, ymm14",
                 "vpaddd ymm4, ymm4, ymm15",
-                "vpmaddwd ymm15, ymm14, [{d} + 2*{sd}]",
+                "vpmaddwd ymm15, ymm13, ymm14",
                 "vpaddd ymm5, ymm5, ymm15",
-                "vmovdqu ymm14, [{q} + 2*{s}]",
-                "vpmaddwd ymm15, ymm14, ymm12",
+                "vpbroadcastd ymm14, dword ptr [{d} + {sd3}]",
+                "vpmaddwd ymm15, ymm12, ymm14",
                 "vpaddd ymm6, ymm6, ymm15",
-                "vpmaddwd ymm15, ymm14, ymm13",
+                "vpmaddwd ymm15, ymm13, ymm14",
                 "vpaddd ymm7, ymm7, ymm15",
-                "vpmaddwd ymm15, ymm14, [{d} + 2*{sd}]",
+                "vpbroadcastd ymm14, dword ptr [{d4}]",
+                "vpmaddwd ymm15, ymm12, ymm14",
                 "vpaddd ymm8, ymm8, ymm15",
-                "vmovdqu ymm14, [{q} + {s3}]",
-                "vpmaddwd ymm15, ymm14, ymm12",
+                "vpmaddwd ymm15, ymm13, ymm14",
                 "vpaddd ymm9, ymm9, ymm15",
-                "vpmaddwd ymm15, ymm14, ymm13",
+                "vpbroadcastd ymm14, dword ptr [{d4} + {sd}]",
+                "vpmaddwd ymm15, ymm12, ymm14",
                 "vpaddd ymm10, ymm10, ymm15",
-                "vpmaddwd ymm15, ymm14, [{d} + 2*{sd}]",
+                "vpmaddwd ymm15, ymm13, ymm14",
                 "vpaddd ymm11, ymm11, ymm15",
-                "add {q}, 32",
-                "add {d}, 32",
+                "add {q}, 64",
+                "add {d}, 4",
+                "add {d4}, 4",
                 "dec {n}",
                 "jnz 2b",
                 "vmovdqu [{a} + 0], ymm0",
@@ -399,12 +380,12 @@ mod x86 {
                 "vmovdqu [{a} + 320], ymm10",
                 "vmovdqu [{a} + 352], ymm11",
                 a = in(reg) acc.as_mut_ptr(),
-                q = inout(reg) q.as_ptr() => _,
+                q = inout(reg) qp.as_ptr() => _,
                 d = inout(reg) d.as_ptr() => _,
-                s = in(reg) stride,
-                s3 = in(reg) 3 * stride,
-                sd = in(reg) d_stride * 2,
-                n = inout(reg) len / 16 => _,
+                d4 = inout(reg) d.as_ptr().add(4 * d_stride) => _,
+                sd = in(reg) sd,
+                sd3 = in(reg) 3 * sd,
+                n = inout(reg) pairs => _,
                 out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
                 out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
                 out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
@@ -421,47 +402,58 @@ mod tests {
     use rand_chacha::ChaCha20Rng;
     use rand_core::{RngCore, SeedableRng};
 
-    /// What a SIMD tile adds to its accumulators (summed over lanes) equals what the portable
-    /// tile adds, from non-zero accumulators and with database rows in place (stride above
-    /// the length), as the engine calls them chunk after chunk.
-    #[test]
-    fn simd_tiles_add_what_the_portable_tile_adds() {
-        let mut rng = ChaCha20Rng::seed_from_u64(7);
-        let mut random = |n: usize| -> Vec<u16> { (0..n).map(|_| rng.next_u32() as u16).collect() };
-        let (len, stride) = (128, 200);
-        let q = random(VNNI_Q * len);
-        let d = random(3 * stride + len);
-        let mut scalar = [[[0i32; 1]; VNNI_D]; VNNI_Q];
-        chunk_scalar(&q, &d, stride, &mut scalar);
-        let start = |i: usize, j: usize| (i * 31 + j * 7) as i32 - 50;
-        let sums = |lanes: &[i32]| lanes.iter().fold(0i32, |a, &b| a.wrapping_add(b));
-        if let Some(cpu) = Avx512Vnni::detect() {
-            let mut acc = [[[0i32; VNNI_LANES]; VNNI_D]; VNNI_Q];
-            for (i, row) in acc.iter_mut().enumerate() {
-                for (j, a) in row.iter_mut().enumerate() {
-                    a[3] = start(i, j);
-                }
-            }
-            chunk_avx512_vnni(cpu, &q, &d, stride, &mut acc);
-            for (i, row) in acc.iter().enumerate() {
-                for (j, a) in row.iter().enumerate() {
-                    assert_eq!(sums(a), scalar[i][j][0].wrapping_add(start(i, j)));
-                }
+    /// The `P` rows of `q` (row-major, `len` each) interleaved as the tiles read them.
+    fn interleave<const P: usize>(q: &[u16], len: usize) -> Vec<u16> {
+        let mut out = vec![0u16; P * len];
+        for r in 0..P {
+            for k in 0..len / 2 {
+                out[(k * P + r) * 2] = q[r * len + 2 * k];
+                out[(k * P + r) * 2 + 1] = q[r * len + 2 * k + 1];
             }
         }
+        out
+    }
+
+    /// Every tile adds the wrapping dot products of its rows to non-zero accumulators, with
+    /// database rows in place (stride above the length) and the extreme value -32768 whose
+    /// pair of products overflows i32.
+    fn check<const P: usize, const D: usize>(tile: impl Fn(&[u16], &[u16], usize, &mut Acc<P, D>)) {
+        let mut rng = ChaCha20Rng::seed_from_u64(7);
+        let (len, stride) = (128, 200);
+        let mut q: Vec<u16> = (0..P * len).map(|_| rng.next_u32() as u16).collect();
+        let mut d: Vec<u16> = (0..(D - 1) * stride + len)
+            .map(|_| rng.next_u32() as u16)
+            .collect();
+        q[..4].fill(0x8000);
+        d[..4].fill(0x8000);
+        let start = |i: usize, j: usize| (i * 31 + j * 7) as i32 - 50;
+        let mut acc = [[0i32; P]; D];
+        for (j, row) in acc.iter_mut().enumerate() {
+            for (i, a) in row.iter_mut().enumerate() {
+                *a = start(i, j);
+            }
+        }
+        tile(&interleave::<P>(&q, len), &d, stride, &mut acc);
+        for (j, row) in acc.iter().enumerate() {
+            for (i, &a) in row.iter().enumerate() {
+                let expected = (0..len).fold(start(i, j), |s, k| {
+                    s.wrapping_add(
+                        i32::from(q[i * len + k] as i16) * i32::from(d[j * stride + k] as i16),
+                    )
+                });
+                assert_eq!(a, expected, "query {i} database {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_tile_adds_the_dot_products_of_its_rows() {
+        check::<SCALAR_P, SCALAR_D>(tile_scalar);
+        if let Some(cpu) = Avx512Vnni::detect() {
+            check(|q, d, s, acc| tile_avx512_vnni(cpu, q, d, s, acc));
+        }
         if let Some(cpu) = Avx2::detect() {
-            let mut acc = [[[0i32; AVX2_LANES]; AVX2_D]; AVX2_Q];
-            for (i, row) in acc.iter_mut().enumerate() {
-                for (j, a) in row.iter_mut().enumerate() {
-                    a[5] = start(i, j);
-                }
-            }
-            chunk_avx2(cpu, &q[..AVX2_Q * len], &d, stride, &mut acc);
-            for (i, row) in acc.iter().enumerate() {
-                for (j, a) in row.iter().enumerate() {
-                    assert_eq!(sums(a), scalar[i][j][0].wrapping_add(start(i, j)));
-                }
-            }
+            check(|q, d, s, acc| tile_avx2(cpu, q, d, s, acc));
         }
     }
 }

@@ -9,6 +9,8 @@ use sdk_orb::shamir::PartyShares;
 use sdk_orb::{PartyId, CODE_COEFS, MASK_COEFS};
 use zeroize::{Zeroize, Zeroizing};
 
+use crate::dot::{DotEngine, PreparedQueries};
+
 /// Prepared queries, per eye one matrix of codes and one of trimmed masks: query `i`'s 31
 /// rotations are rows `31 i..31 (i + 1)`, rotation `k` at row `31 i + k + 15`. Consecutive
 /// queries are one contiguous run of rows, so one engine call covers them. Zeroized on drop.
@@ -75,5 +77,27 @@ impl QueryMatrix {
     pub fn masks(&self, eye: usize, queries: core::ops::Range<usize>) -> &[u16] {
         let row = ROTATION_COUNT * MASK_COEFS;
         &self.masks[eye][queries.start * row..queries.end * row]
+    }
+
+    /// The first `queries` queries, laid out by `engine` for the database passes, per eye
+    /// `[codes, masks]`. Each matrix is handed over as it is laid out, so at most one exists
+    /// twice at a time.
+    pub fn prepare_scanning(
+        self,
+        engine: &dyn DotEngine,
+        queries: usize,
+    ) -> [[PreparedQueries; 2]; 2] {
+        let QueryMatrix { codes, masks } = self;
+        let mut prepared = codes.into_iter().zip(masks).map(|(mut code, mut mask)| {
+            code.truncate(queries * ROTATION_COUNT * CODE_COEFS);
+            mask.truncate(queries * ROTATION_COUNT * MASK_COEFS);
+            [
+                engine.prepare_queries(code, CODE_COEFS),
+                engine.prepare_queries(mask, MASK_COEFS),
+            ]
+        });
+        let left = prepared.next().expect("two eyes");
+        let right = prepared.next().expect("two eyes");
+        [left, right]
     }
 }
