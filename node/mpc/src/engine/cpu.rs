@@ -1,7 +1,7 @@
 //! The CPU engine: broadcast register tiles ([`crate::engine::kernels`]), query rows in slabs
 //! and database rows in blocks, slabs and blocks in parallel.
 //!
-//! The query rows are laid out once ([`interleave`]) into the panels the tiles read: per
+//! The query rows are laid out once (`interleave`) into the panels the tiles read: per
 //! call, or per batch through [`DotEngine::prepare_queries`], since a batch's database passes
 //! all read the same queries. A block task runs chunk after chunk of the vector length:
 //! every database tile of the block against every query panel of the slab. A tile's
