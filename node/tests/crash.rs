@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ocelli_node::client::OrbClient;
-use ocelli_node::keys::{keygen, read_key32, KeygenOptions};
+use ocelli_node::keys::{keygen, read_key32, KeygenOptions, KeygenOutput};
 use ocelli_node::node::now_ms;
 use ocelli_node::store::postgres::{PgOptions, PgStore};
 use ocelli_node::store::redb::RedbStore;
@@ -51,6 +51,13 @@ impl Node {
             .spawn()?;
         self.child = Some(child);
         Ok(())
+    }
+
+    /// Whether the process has exited (a node that could not bind its ports exits at once).
+    fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
     fn kill9(&mut self) -> Res {
@@ -124,9 +131,17 @@ fn write_config(
     Ok(path)
 }
 
-async fn wait_ready(client: &OrbClient, timeout: Duration) -> Res {
+/// Waits until the node answers ready; fails at once if `node` has exited, with its log.
+async fn wait_ready(client: &OrbClient, timeout: Duration, mut node: Option<&mut Node>) -> Res {
     let deadline = Instant::now() + timeout;
     loop {
+        if let Some(n) = node.as_deref_mut() {
+            if n.exited() {
+                let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                return Err(format!("node exited: {}", tail.join(" | ")).into());
+            }
+        }
         let mut h = client.health.clone();
         if let Ok(Ok(r)) = tokio::time::timeout(CALL_TIMEOUT, h.check(HealthCheckRequest {})).await
         {
@@ -189,35 +204,64 @@ async fn postgres_kill_9_during_intake_loses_nothing_acknowledged() -> Res {
     kill_9_run(Some((&url, &prefix))).await
 }
 
-async fn kill_9_run(pg: PgTarget<'_>) -> Res {
-    let dir = tempfile::tempdir()?;
-    let keys = keygen(&KeygenOptions::local(dir.path().join("keys")))?;
-    let mut ports = [[0u16; 3]; 3];
-    for p in &mut ports {
-        for x in p.iter_mut() {
-            *x = free_port()?;
+/// The kill -9 runs go one at a time: two clusters at once on a two-core runner compete for
+/// the cores and for ephemeral ports.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Three nodes started and ready. A port picked by `free_port` is free only until another
+/// process's outgoing connection takes it; a node that cannot bind exits, and the cluster is
+/// started again on new ports.
+async fn start_cluster(
+    dir: &Path,
+    keys: &KeygenOutput,
+    pg: PgTarget<'_>,
+) -> Res<(Vec<Node>, Vec<OrbClient>)> {
+    for attempt in 1..=3 {
+        let mut ports = [[0u16; 3]; 3];
+        for p in &mut ports {
+            for x in p.iter_mut() {
+                *x = free_port()?;
+            }
+        }
+        let mut nodes = Vec::new();
+        for party in 0u8..3 {
+            let config = write_config(dir, &keys.dir, party, &ports, pg)?;
+            let orb: SocketAddr = format!("127.0.0.1:{}", ports[party as usize][0]).parse()?;
+            let mut n = Node {
+                config,
+                orb,
+                log: dir.join(format!("party{party}.log")),
+                child: None,
+            };
+            n.spawn()?;
+            nodes.push(n);
+        }
+        let clients: Vec<OrbClient> = nodes
+            .iter()
+            .map(|n| {
+                OrbClient::with_identity(n.orb, "localhost", &keys.ca_cert(), &keys.gateway(0))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut ready = true;
+        for (c, n) in clients.iter().zip(&mut nodes) {
+            if let Err(e) = wait_ready(c, Duration::from_secs(30), Some(n)).await {
+                eprintln!("cluster start {attempt}: {e}");
+                ready = false;
+                break;
+            }
+        }
+        if ready {
+            return Ok((nodes, clients));
         }
     }
-    let mut nodes = Vec::new();
-    for party in 0u8..3 {
-        let config = write_config(dir.path(), &keys.dir, party, &ports, pg)?;
-        let orb: SocketAddr = format!("127.0.0.1:{}", ports[party as usize][0]).parse()?;
-        let mut n = Node {
-            config,
-            orb,
-            log: dir.path().join(format!("party{party}.log")),
-            child: None,
-        };
-        n.spawn()?;
-        nodes.push(n);
-    }
-    let clients: Vec<OrbClient> = nodes
-        .iter()
-        .map(|n| OrbClient::with_identity(n.orb, "localhost", &keys.ca_cert(), &keys.gateway(0)))
-        .collect::<Result<_, _>>()?;
-    for c in &clients {
-        wait_ready(c, Duration::from_secs(30)).await?;
-    }
+    Err("the cluster did not start in three attempts".into())
+}
+
+async fn kill_9_run(pg: PgTarget<'_>) -> Res {
+    let _one = ONE_CLUSTER.lock().await;
+    let dir = tempfile::tempdir()?;
+    let keys = keygen(&KeygenOptions::local(dir.path().join("keys")))?;
+    let (mut nodes, clients) = start_cluster(dir.path(), &keys, pg).await?;
 
     let orb = OrbSigningKey::from_bytes(&*read_key32(&keys.orb_signing_key())?);
     let pk: [u8; 96] = std::fs::read(keys.public_keys())?
@@ -281,7 +325,7 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
     // Submissions made while a node was down keep retrying in the
     // background (an orb retrying until its request is held) and land now.
     for c in &clients {
-        wait_ready(c, Duration::from_secs(30)).await?;
+        wait_ready(c, Duration::from_secs(30), None).await?;
     }
     // Wait until every node has answered everything.
     let deadline = Instant::now() + Duration::from_secs(180);
