@@ -128,7 +128,7 @@ impl Kernel {
 /// after panel, each holds pair `k` of its every row side by side, then pair `k + 1`: a
 /// chunk `k0..k0 + kl` of a panel is the run `p * k0..p * (k0 + kl)` inside it. In parallel
 /// over panels; zeroized when dropped (it copies shares).
-fn interleave(q: &[u16], len: usize, p: usize) -> Zeroizing<Vec<u16>> {
+pub(crate) fn interleave(q: &[u16], len: usize, p: usize) -> Zeroizing<Vec<u16>> {
     let panels = (q.len() / len).div_ceil(p);
     let mut out = Zeroizing::new(vec![0u16; panels * p * len]);
     out.par_chunks_mut(p * len)
@@ -288,15 +288,7 @@ impl CpuEngine {
     pub fn chunk(&self) -> usize {
         self.chunk
     }
-}
 
-impl Default for CpuEngine {
-    fn default() -> CpuEngine {
-        CpuEngine::new()
-    }
-}
-
-impl CpuEngine {
     /// `f` on the engine's pool (or the current one).
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
@@ -317,6 +309,12 @@ impl CpuEngine {
             return;
         }
         self.install(|| self.kernel.run(self.chunk, panels, nq, db, len, out));
+    }
+}
+
+impl Default for CpuEngine {
+    fn default() -> CpuEngine {
+        CpuEngine::new()
     }
 }
 

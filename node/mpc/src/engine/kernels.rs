@@ -402,18 +402,6 @@ mod tests {
     use rand_chacha::ChaCha20Rng;
     use rand_core::{RngCore, SeedableRng};
 
-    /// The `P` rows of `q` (row-major, `len` each) interleaved as the tiles read them.
-    fn interleave<const P: usize>(q: &[u16], len: usize) -> Vec<u16> {
-        let mut out = vec![0u16; P * len];
-        for r in 0..P {
-            for k in 0..len / 2 {
-                out[(k * P + r) * 2] = q[r * len + 2 * k];
-                out[(k * P + r) * 2 + 1] = q[r * len + 2 * k + 1];
-            }
-        }
-        out
-    }
-
     /// Every tile adds the wrapping dot products of its rows to non-zero accumulators, with
     /// database rows in place (stride above the length) and the extreme value -32768 whose
     /// pair of products overflows i32.
@@ -433,7 +421,12 @@ mod tests {
                 *a = start(i, j);
             }
         }
-        tile(&interleave::<P>(&q, len), &d, stride, &mut acc);
+        tile(
+            &crate::engine::cpu::interleave(&q, len, P),
+            &d,
+            stride,
+            &mut acc,
+        );
         for (j, row) in acc.iter().enumerate() {
             for (i, &a) in row.iter().enumerate() {
                 let expected = (0..len).fold(start(i, j), |s, k| {
