@@ -339,7 +339,17 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
             break;
         }
         if Instant::now() > deadline {
-            return Err(format!("{pending} still pending").into());
+            let mut report = format!("{pending} still pending");
+            for (i, n) in nodes.iter().enumerate() {
+                let p = pending_of(&clients[i]).await;
+                let log = std::fs::read_to_string(&n.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                report.push_str(&format!(
+                    "\nparty {i}: pending {p:?}; log, newest first:\n  {}",
+                    tail.join("\n  ")
+                ));
+            }
+            return Err(report.into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -475,7 +475,7 @@ async fn a_request_party0_lacks_times_out_in_a_batch() -> Res {
     Ok(())
 }
 
-/// Finding 3: party 2 goes down after the MPC of a batch the two others stored, and comes
+/// Finding 3: party 2 goes down after the MPC of a batch the two others then stored, and comes
 /// back later than twice the request timeout: it times nothing out on its own, gets the batch
 /// replayed, and all three answer both that request and the next one identically.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -484,18 +484,9 @@ async fn restart_after_mpc_catches_up() -> Res {
         c.batch.request_timeout_ms = 2_000
     })
     .await?;
-    let good = std::mem::replace(&mut c.evaluator, Arc::new(FailsForTests));
+    let missed = party2_misses_finalisation(&mut c).await?;
     c.restart_node(2).await?;
-    c.evaluator = good;
-    let missed = c.envelope();
-    submit_everywhere(&c, &missed).await?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while c.state(0).store().meta()?.last_applied_batch < 1 {
-        assert!(std::time::Instant::now() < deadline, "no batch");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     assert_eq!(c.state(2).store().meta()?.last_applied_batch, 0);
-    c.restart_node(2).await?;
     // Longer than the 2 x request_timeout after which party 2 used to time it out alone.
     tokio::time::sleep(Duration::from_millis(4_500)).await;
     let next = c.envelope();
@@ -513,6 +504,46 @@ async fn restart_after_mpc_catches_up() -> Res {
     assert_eq!(s[0], s[1]);
     assert_eq!(s[1], s[2]);
     c.stop_all().await?;
+    Ok(())
+}
+
+/// A batch whose MPC only one node completed (a peer died after sending its last message to
+/// that node and before sending it to the third) is applied nowhere: no node could ever get
+/// the attestations of both others for it. Once the other two are back, the batch runs again
+/// and all three agree. Each party in turn is the one that completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_completed_by_one_node_only_runs_again() -> Res {
+    for lone in 0..3 {
+        let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+        let good = std::mem::replace(&mut c.evaluator, Arc::new(FailsForTests));
+        for i in (0..3).filter(|&i| i != lone) {
+            c.restart_node(i).await?;
+        }
+        c.evaluator = good;
+        let env = c.envelope();
+        submit_everywhere(&c, &env).await?;
+        // Several commit attempts, each completed by `lone` alone.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        for i in 0..3 {
+            assert_eq!(
+                c.state(i).store().meta()?.last_applied_batch,
+                0,
+                "party {i} applied a batch only party {lone} computed"
+            );
+        }
+        for i in (0..3).filter(|&i| i != lone) {
+            c.restart_node(i).await?;
+        }
+        c.wait_drained(Duration::from_secs(30)).await?;
+        assert_eq!(
+            agreed_status(&c, &id_of(&env)?).await?,
+            ResultStatus::UniqueEnrolled
+        );
+        let s = c.summaries();
+        assert_eq!(s[0], s[1]);
+        assert_eq!(s[1], s[2]);
+        c.stop_all().await?;
+    }
     Ok(())
 }
 
@@ -596,7 +627,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
     Ok(())
 }
 
-/// Finding 2: party 2 missed a batch (down after the MPC). A replay of it with altered
+/// Finding 2: party 2 missed a batch (down after the MPC and its attestation). A replay of it with altered
 /// outcomes (keeping the real attestations, or re-signed by party 0 alone) or without party
 /// 1's attestation is refused, logged and counted; the genuine replay then brings party 2 to
 /// the same state as the others.
@@ -606,30 +637,12 @@ async fn forged_catch_up_is_refused() -> Res {
         c.batch.request_timeout_ms = 2_000
     })
     .await?;
-    let good = std::mem::replace(&mut c.evaluator, Arc::new(FailsForTests));
+    let missed = party2_misses_finalisation(&mut c).await?;
     c.restart_node(2).await?;
-    c.evaluator = good;
-    let missed = c.envelope();
-    submit_everywhere(&c, &missed).await?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while c.state(0).store().meta()?.last_applied_batch < 1 {
-        assert!(std::time::Instant::now() < deadline, "no batch");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    c.restart_node(2).await?;
-    // Party 0 logs its attestation and, once party 1's ack is in, party 1's.
-    let genuine = loop {
-        let logged = c.state(0).store().batch(1)?.ok_or("no batch 1")?;
-        let commit = BatchCommit::decode(logged.commit.as_slice())?;
-        if commit.signatures.len() == 2 {
-            break commit;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "party 1's attestation not logged"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    // Applied only once all three attested it: party 0 logs the three attestations.
+    let logged = c.state(0).store().batch(1)?.ok_or("no batch 1")?;
+    let genuine = BatchCommit::decode(logged.commit.as_slice())?;
+    assert_eq!(genuine.signatures.len(), 3);
 
     let mut altered = genuine.clone();
     altered.outcomes = vec![RecordedOutcome {

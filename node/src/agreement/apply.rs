@@ -1,5 +1,13 @@
-//! Applying a committed batch on one node: evaluate, assign serial ids,
-//! sign, persist atomically, then update memory and publish results.
+//! A committed batch on one node, in two steps. [`evaluate_commit`] runs the MPC and signs
+//! what it opened, storing nothing; [`apply_commit`] applies outcomes attested by both other
+//! nodes: it assigns serial ids, signs the results and persists them atomically, then updates
+//! memory and publishes the results.
+//!
+//! Nothing is applied on one node's own evaluation: the MPC can complete on one node and fail
+//! on the others (a party dies after its last message reached one peer but not the other), and
+//! outcomes only one node holds could never be attested to the other two. A batch is applied
+//! only once all three have signed it, so any node that applied it can bring the others up to
+//! it, and a batch nobody applied simply runs again.
 
 use std::sync::Arc;
 
@@ -28,80 +36,146 @@ pub struct Applied {
     pub signature: BatchSignature,
 }
 
-/// Applies a committed batch on this node: evaluates (or, for recorded
-/// outcomes, checks both other parties' attestations), assigns serial ids,
-/// signs and durably stores the results and its attestation of the batch.
+/// What evaluating a batch gave; nothing of it is stored.
+#[derive(Clone, Debug)]
+pub struct Evaluated {
+    /// The commit with the outcomes this node computed (`outcomes_recorded`) and its own
+    /// attestation as the only signature.
+    pub recorded: BatchCommit,
+    /// The batch digest this node attested.
+    pub batch_digest: [u8; 32],
+    /// This node's attestation of it.
+    pub signature: BatchSignature,
+}
+
+/// Evaluates a fresh commit on this node (the three-party matching runs with the peers) and
+/// signs the outcomes it opened. Stores nothing: the batch is applied by [`apply_commit`] once
+/// both other nodes' attestations of the same outcomes are in. For a batch this node already
+/// applied, answers with the logged outcomes.
+///
+/// # Errors
+/// [`ApplyError`]: out of sequence, a commit that claims recorded outcomes, storage, or a
+/// failed evaluation.
+pub async fn evaluate_commit(
+    state: &Arc<NodeState>,
+    commit: BatchCommit,
+) -> Result<Evaluated, ApplyError> {
+    let guard = state.apply_lock.clone().lock_owned().await;
+    let st = state.clone();
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let _guard = guard;
+        evaluate_blocking(&st, &commit, runtime)
+    })
+    .await
+    .map_err(|_| ApplyError::Join)?
+}
+
+fn evaluate_blocking(
+    state: &Arc<NodeState>,
+    commit: &BatchCommit,
+    runtime: tokio::runtime::Handle,
+) -> Result<Evaluated, ApplyError> {
+    if commit.outcomes_recorded {
+        return Err(ApplyError::Recorded(
+            "a commit to evaluate carries recorded outcomes".to_owned(),
+        ));
+    }
+    let meta = state.store.meta()?;
+    if commit.batch_id <= meta.last_applied_batch {
+        if let Some(b) = state.store.batch(commit.batch_id)? {
+            let logged = logged_commit(commit.batch_id, &b)?;
+            let applied = already_applied(state, &logged, &b)?;
+            let mut recorded = logged;
+            recorded.signatures = vec![applied.signature.clone()];
+            return Ok(Evaluated {
+                recorded,
+                batch_digest: applied.batch_digest,
+                signature: applied.signature,
+            });
+        }
+    }
+    check_commit(commit, &meta)?;
+    let envelope_digests = committed_digests(state, commit)?;
+    let held = read_committed(state, commit)?;
+    let outcomes = evaluate(state, commit, &held.eval, runtime)?;
+    let mut recorded = commit.clone();
+    recorded.outcomes_recorded = true;
+    recorded.outcomes = outcomes.iter().map(record_outcome).collect();
+    let batch_digest = attest::batch_digest(commit, &envelope_digests, &recorded.outcomes);
+    let signature = attest::sign(state, &batch_digest);
+    recorded.signatures = vec![signature.clone()];
+    Ok(Evaluated {
+        recorded,
+        batch_digest,
+        signature,
+    })
+}
+
+/// Applies a batch's recorded outcomes on this node once it holds valid attestations of them
+/// by both other parties (they computed them in the MPC, or verified both others'): assigns
+/// serial ids, signs and durably stores the results and its own attestation of the batch.
 /// Idempotent for batches already applied.
 ///
 /// # Errors
-/// [`ApplyError`]; nothing is stored then. Recorded outcomes without both
-/// other parties' valid attestations are [`ApplyError::Unattested`]: logged
-/// and counted in `ocelli_batches_total{outcome="refused_unattested"}`.
+/// [`ApplyError`]; nothing is stored then. Recorded outcomes without both other parties'
+/// valid attestations are [`ApplyError::Unattested`]: logged and counted in
+/// `ocelli_batches_total{outcome="refused_unattested"}`.
 pub async fn apply_commit(
     state: &Arc<NodeState>,
     commit: BatchCommit,
 ) -> Result<Applied, ApplyError> {
     let guard = state.apply_lock.clone().lock_owned().await;
     let st = state.clone();
-    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
         let _guard = guard;
-        apply_blocking(&st, &commit, runtime)
+        apply_blocking(&st, &commit)
     })
     .await
     .map_err(|_| ApplyError::Join)?
 }
 
-fn apply_blocking(
-    state: &Arc<NodeState>,
-    commit: &BatchCommit,
-    runtime: tokio::runtime::Handle,
-) -> Result<Applied, ApplyError> {
+fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<Applied, ApplyError> {
     let meta = state.store.meta()?;
     if commit.batch_id <= meta.last_applied_batch {
         if let Some(b) = state.store.batch(commit.batch_id)? {
-            return already_applied(state, commit.batch_id, &b);
+            return already_applied(state, &logged_commit(commit.batch_id, &b)?, &b);
         }
+    }
+    if !commit.outcomes_recorded {
+        return Err(ApplyError::Recorded(
+            "a commit to apply carries no recorded outcomes".to_owned(),
+        ));
     }
     check_commit(commit, &meta)?;
     let envelope_digests = committed_digests(state, commit)?;
-    let mut signatures = Vec::new();
-    if commit.outcomes_recorded {
-        let digest = attest::batch_digest(commit, &envelope_digests, &commit.outcomes);
-        match attest::by_both_others(state, &commit.signatures, &digest) {
-            Ok(valid) => signatures = valid,
-            Err(party) => {
-                tracing::error!(
-                    batch_id = commit.batch_id,
-                    party,
-                    "refused recorded outcomes not attested by both other nodes"
-                );
-                state
-                    .metrics
-                    .batches
-                    .with_label_values(&["refused_unattested"])
-                    .inc();
-                return Err(ApplyError::Unattested {
-                    batch_id: commit.batch_id,
-                    party,
-                });
-            }
+    let digest = attest::batch_digest(commit, &envelope_digests, &commit.outcomes);
+    let mut signatures = match attest::by_both_others(state, &commit.signatures, &digest) {
+        Ok(valid) => valid,
+        Err(party) => {
+            tracing::error!(
+                batch_id = commit.batch_id,
+                party,
+                "refused outcomes not attested by both other nodes"
+            );
+            state
+                .metrics
+                .batches
+                .with_label_values(&["refused_unattested"])
+                .inc();
+            return Err(ApplyError::Unattested {
+                batch_id: commit.batch_id,
+                party,
+            });
         }
-    }
-    let held = read_committed(state, commit)?;
-    let outcomes = if commit.outcomes_recorded {
-        recorded_outcomes(commit, held.eval.len())?
-    } else {
-        evaluate(state, commit, &held.eval, runtime)?
     };
-    let mut recorded_commit = commit.clone();
-    recorded_commit.outcomes_recorded = true;
-    recorded_commit.outcomes = outcomes.iter().map(record_outcome).collect();
-    // Computed here, or attested by both others: this node attests it too.
-    let batch_digest = attest::batch_digest(commit, &envelope_digests, &recorded_commit.outcomes);
-    let own = attest::sign(state, &batch_digest);
+    let held = read_committed(state, commit)?;
+    let outcomes = recorded_outcomes(commit, held.eval.len())?;
+    // Attested by both others: this node attests it too.
+    let own = attest::sign(state, &digest);
     signatures.push(own.clone());
-    recorded_commit.signatures = signatures;
+    let mut logged = commit.clone();
+    logged.signatures = signatures;
 
     let db = state.shares();
     let Planned {
@@ -137,7 +211,7 @@ fn apply_blocking(
             Some(commit.batch_id),
         );
     }
-    let batch = (commit.batch_id, recorded_commit.encode_to_vec());
+    let batch = (commit.batch_id, logged.encode_to_vec());
     let results_digest = write(state, Some(batch), finals, shares, next_serial)?;
     state
         .metrics
@@ -145,7 +219,7 @@ fn apply_blocking(
         .set(i64::try_from(commit.batch_id).unwrap_or(i64::MAX));
     Ok(Applied {
         results_digest,
-        batch_digest,
+        batch_digest: digest,
         signature: own,
     })
 }
@@ -169,60 +243,26 @@ fn committed_digests(state: &NodeState, commit: &BatchCommit) -> Result<Vec<Vec<
         .collect()
 }
 
+/// Batch `batch_id` as this node's batch log holds it.
+fn logged_commit(batch_id: u64, b: &crate::store::StoredBatch) -> Result<BatchCommit, ApplyError> {
+    BatchCommit::decode(b.commit.as_slice())
+        .map_err(|_| ApplyError::Recorded(format!("batch {batch_id} in the batch log is corrupt")))
+}
+
 /// The answer for a batch already in the batch log: its results digest and this node's
 /// attestation, re-derived from the logged commit.
 fn already_applied(
     state: &NodeState,
-    batch_id: u64,
+    logged: &BatchCommit,
     b: &crate::store::StoredBatch,
 ) -> Result<Applied, ApplyError> {
-    let logged = BatchCommit::decode(b.commit.as_slice()).map_err(|_| {
-        ApplyError::Recorded(format!("batch {batch_id} in the batch log is corrupt"))
-    })?;
-    let digests = committed_digests(state, &logged)?;
-    let batch_digest = attest::batch_digest(&logged, &digests, &logged.outcomes);
+    let digests = committed_digests(state, logged)?;
+    let batch_digest = attest::batch_digest(logged, &digests, &logged.outcomes);
     Ok(Applied {
         results_digest: b.results_digest,
         batch_digest,
         signature: attest::sign(state, &batch_digest),
     })
-}
-
-/// Stores more attestations of the last applied batch `batch_id` in the batch log (party 0,
-/// once the peers' acks are in). Nothing happens if a later batch was applied meanwhile.
-///
-/// # Errors
-/// Storage failure.
-pub(crate) async fn record_signatures(
-    state: &Arc<NodeState>,
-    batch_id: u64,
-    more: Vec<BatchSignature>,
-) -> Result<(), ApplyError> {
-    let guard = state.apply_lock.clone().lock_owned().await;
-    let st = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let _guard = guard;
-        let meta = st.store.meta()?;
-        if meta.last_applied_batch != batch_id {
-            return Ok(());
-        }
-        let Some(b) = st.store.batch(batch_id)? else {
-            return Ok(());
-        };
-        let Ok(mut logged) = BatchCommit::decode(b.commit.as_slice()) else {
-            return Ok(());
-        };
-        attest::merge(&mut logged.signatures, &more);
-        st.store.apply_batch(&BatchWrite {
-            batch: Some((batch_id, logged.encode_to_vec(), b.results_digest)),
-            finals: Vec::new(),
-            shares: Vec::new(),
-            next_serial: meta.next_serial,
-        })?;
-        Ok(())
-    })
-    .await
-    .map_err(|_| ApplyError::Join)?
 }
 
 /// The committed requests as this node holds them.

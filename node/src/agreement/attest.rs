@@ -1,14 +1,15 @@
 //! Batch attestations: no node signs or applies an outcome it has not computed itself in the
 //! MPC, or seen signed by both other nodes for that exact batch.
 //!
-//! Each node, when it applies a batch, signs a canonical digest of what the batch decided
-//! (batch id, next serial id, the requests run with the envelope digests it holds, the
-//! recorded outcomes, and the timed-out, digest-mismatch and unopenable items) with its result
+//! Each node, once it has evaluated a batch, signs a canonical digest of what the batch
+//! decided (batch id, next serial id, the requests run with the envelope digests it holds, the
+//! outcomes it opened, and the timed-out, digest-mismatch and unopenable items) with its result
 //! key, in a domain of its own (`ocelli/v1/batch`). Peers return theirs in the commit ack;
-//! party 0 keeps all three in its batch log; a node keeps its own and the ones it verified.
-//! Recorded outcomes (a replay, a fetched batch, a commit that claims them) are applied only
-//! with valid signatures of both other parties, checked with their pinned keys: one node,
-//! party 0 included, cannot make another sign an outcome the MPC did not open.
+//! party 0 applies the batch and finalises it at the peers only with all three, and every
+//! node keeps all three in its batch log. Recorded outcomes (the finalising commit, a replay, a
+//! fetched batch) are applied only with valid signatures of both other parties, checked with
+//! their pinned keys: one node, party 0 included, cannot make another sign an outcome the MPC
+//! did not open.
 
 use prost::Message;
 use sha2::{Digest, Sha256};

@@ -1,8 +1,10 @@
 //! Party 0's batch loop: propose the oldest pending requests, keep those
 //! both peers hold with the same digest, time out those that stay missing,
-//! apply the batch locally (durably), then commit it to the peers. A peer
-//! that is behind (it was down) first gets the batches it missed, replayed
-//! from the batch log, so the three stores converge.
+//! commit the batch (all three evaluate it and sign their outcomes), then,
+//! once all three signatures agree, apply it locally (durably) and finalise
+//! it at the peers. A peer that is behind (it was down) first gets the
+//! batches it missed, replayed from the batch log, so the three stores
+//! converge.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use shared_proto::v1::{
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
-use super::{apply_commit, digest_of};
+use super::{apply_commit, digest_of, evaluate_commit};
 use crate::batch::ApplyError;
 use crate::ids::RequestId;
 use crate::links::Peers;
@@ -100,6 +102,13 @@ pub enum RoundError {
     /// A batch log entry does not decode.
     #[error("batch {0} in the batch log is corrupt")]
     CorruptBatch(u64),
+    /// Not every peer attested the outcomes of an evaluated batch; nothing was applied and the
+    /// batch runs again.
+    #[error("batch {batch_id}: not every node attested its outcomes; it runs again")]
+    Unattested {
+        /// The batch.
+        batch_id: u64,
+    },
     /// A fetched batch carries no outcomes to apply.
     #[error("batch {batch_id} from party {party} has no recorded outcomes")]
     NotRecorded {
@@ -249,40 +258,71 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         return Ok(Round::NothingAgreed);
     }
     let size = commit.request_ids.len();
-    // All three nodes evaluate together (the matching pipeline is a
-    // three-party computation), so the peers get the commit while this node
-    // applies it.
+    // All three nodes evaluate together (the matching pipeline is a three-party computation);
+    // each signs the outcomes it opened and stores nothing yet.
     let commit_timeout = state.config.batch.commit_timeout();
     let remote = futures::future::join_all(peers.clients.iter().map(|(party, client)| {
         let commit = &commit;
         async move { (*party, send_commit(client, commit, commit_timeout).await) }
     }));
-    let (ours, theirs) = tokio::join!(apply_commit(state, commit.clone()), remote);
-    let ours = ours.map_err(|source| RoundError::Apply { batch_id, source })?;
-    let mut attestations = Vec::new();
+    let (ours, theirs) = tokio::join!(evaluate_commit(state, commit.clone()), remote);
+    let ours = match ours {
+        Ok(e) => e,
+        Err(source) => {
+            abort(peers, batch_id, timeout).await;
+            return Err(RoundError::Apply { batch_id, source });
+        }
+    };
+    let mut recorded = ours.recorded;
+    let mut attested = 0;
     for (party, r) in theirs {
         match r {
-            Ok(ack) if ack.results_digest == ours.results_digest => {
-                // Kept for replays: a peer that misses this batch applies it only with the
-                // attestations of both other parties.
-                match ack.signature {
-                    Some(s)
-                        if s.party_id == u32::from(party)
-                            && super::attest::valid_peer_signature(
-                                state,
-                                &s,
-                                &ours.batch_digest,
-                            ) =>
-                    {
-                        attestations.push(s)
-                    }
-                    _ => tracing::error!(
+            Ok(ack) => match ack.signature {
+                Some(s)
+                    if s.party_id == u32::from(party)
+                        && super::attest::valid_peer_signature(state, &s, &ours.batch_digest) =>
+                {
+                    super::attest::merge(&mut recorded.signatures, &[s]);
+                    attested += 1;
+                }
+                _ => {
+                    tracing::error!(
                         batch_id,
                         party,
-                        "peer's batch attestation is missing or invalid"
-                    ),
+                        "peer's attestation is missing or differs from this node's outcomes"
+                    );
+                    state
+                        .metrics
+                        .batches
+                        .with_label_values(&["results_differ"])
+                        .inc();
                 }
+            },
+            Err(e) => {
+                tracing::warn!(batch_id, party, error = %e, "peer did not evaluate the batch");
+                state
+                    .metrics
+                    .peer_errors
+                    .with_label_values(&[&party.to_string()])
+                    .inc();
             }
+        }
+    }
+    if attested < peers.clients.len() {
+        // Nobody applies outcomes one party lacks: the batch runs again.
+        abort(peers, batch_id, timeout).await;
+        return Err(RoundError::Unattested { batch_id });
+    }
+    // Attested by all three: applied here and finalised at the peers together.
+    let finalize = futures::future::join_all(peers.clients.iter().map(|(party, client)| {
+        let recorded = &recorded;
+        async move { (*party, send_commit(client, recorded, commit_timeout).await) }
+    }));
+    let (ours, theirs) = tokio::join!(apply_commit(state, recorded.clone()), finalize);
+    let ours = ours.map_err(|source| RoundError::Apply { batch_id, source })?;
+    for (party, r) in theirs {
+        match r {
+            Ok(ack) if ack.results_digest == ours.results_digest => {}
             Ok(_) => {
                 tracing::error!(batch_id, party, "peer results differ from ours");
                 state
@@ -292,7 +332,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
                     .inc();
             }
             Err(e) => {
-                tracing::warn!(batch_id, party, error = %e, "commit not acknowledged; the peer catches up later");
+                tracing::warn!(batch_id, party, error = %e, "batch not finalised at the peer; it catches up later");
                 state
                     .metrics
                     .peer_errors
@@ -300,11 +340,6 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
                     .inc();
             }
         }
-    }
-    if !attestations.is_empty() {
-        super::apply::record_signatures(state, batch_id, attestations)
-            .await
-            .map_err(|source| RoundError::Apply { batch_id, source })?;
     }
     state
         .metrics

@@ -13,7 +13,7 @@ use shared_proto::v1::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::agreement::{apply_commit, coordinator};
+use crate::agreement::{apply_commit, coordinator, evaluate_commit};
 use crate::batch::ApplyError;
 use crate::node::NodeState;
 use crate::tls::PeerCerts;
@@ -78,11 +78,22 @@ impl PeerService for PeerApi {
         self.require_party0(&request)?;
         let commit = request.into_inner();
         let batch_id = commit.batch_id;
-        match apply_commit(&self.state, commit).await {
-            Ok(applied) => Ok(Response::new(BatchCommitAck {
+        // A fresh commit is evaluated and signed; its outcomes come back, attested by the two
+        // others, to be applied.
+        let done = if commit.outcomes_recorded {
+            apply_commit(&self.state, commit)
+                .await
+                .map(|a| (a.results_digest.to_vec(), a.signature))
+        } else {
+            evaluate_commit(&self.state, commit)
+                .await
+                .map(|e| (Vec::new(), e.signature))
+        };
+        match done {
+            Ok((results_digest, signature)) => Ok(Response::new(BatchCommitAck {
                 batch_id,
-                results_digest: applied.results_digest.to_vec(),
-                signature: Some(applied.signature),
+                results_digest,
+                signature: Some(signature),
             })),
             Err(e @ ApplyError::Unattested { .. }) => Err(Status::permission_denied(e.to_string())),
             Err(e @ ApplyError::Behind { .. }) => Err(Status::failed_precondition(e.to_string())),

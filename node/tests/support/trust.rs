@@ -214,8 +214,8 @@ impl BatchEvaluator for SlowForTests {
     }
 }
 
-/// Fails every evaluation: a node that went down after the MPC, before its write, is left
-/// exactly so (nothing of the batch stored, its requests still pending).
+/// Fails every evaluation: a node whose MPC did not complete (nothing of the batch stored, its
+/// requests still pending).
 #[derive(Debug)]
 pub struct FailsForTests;
 
@@ -231,6 +231,64 @@ impl BatchEvaluator for FailsForTests {
     ) -> Result<Vec<Outcome>, EvalError> {
         Err(EvalError::NotServing)
     }
+}
+
+/// Enrols every uniqueness request like [`DangerEnrolEverythingForTests`] and records that it
+/// evaluated a batch.
+#[derive(Debug, Default)]
+pub struct SignalsForTests {
+    pub evaluated: AtomicBool,
+}
+
+impl BatchEvaluator for SignalsForTests {
+    fn name(&self) -> &'static str {
+        "signals-for-tests"
+    }
+    fn evaluate(
+        &self,
+        ctx: &EvalContext<'_>,
+        requests: &[EvalRequest],
+        db: &ShareDb,
+    ) -> Result<Vec<Outcome>, EvalError> {
+        let out = DangerEnrolEverythingForTests.evaluate(ctx, requests, db);
+        self.evaluated.store(true, Ordering::SeqCst);
+        out
+    }
+}
+
+/// Runs one uniqueness request as batch 1 such that party 2 evaluates and attests it, then
+/// goes down before the batch is finalised: parties 0 and 1 apply it, party 2 (left stopped)
+/// holds the request as pending. Party 0 evaluates slowly while this happens. Returns the
+/// envelope.
+pub async fn party2_misses_finalisation(c: &mut Cluster) -> Res<Vec<u8>> {
+    let slow = std::sync::Arc::new(SlowForTests {
+        slow: AtomicBool::new(true),
+        delay_ms: 2_000,
+    });
+    let signals = std::sync::Arc::new(SignalsForTests::default());
+    let good = std::mem::replace(&mut c.evaluator, slow.clone());
+    c.restart_node(0).await?;
+    c.evaluator = signals.clone();
+    c.restart_node(2).await?;
+    c.evaluator = good;
+    let env = c.envelope();
+    submit_everywhere(c, &env).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !signals.evaluated.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "party 2 evaluated nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Graceful: its ack still goes out, while party 0 is still evaluating.
+    c.stop_node(2).await?;
+    while c.state(0).store().meta()?.last_applied_batch < 1 {
+        assert!(std::time::Instant::now() < deadline, "no batch");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    slow.slow.store(false, Ordering::SeqCst);
+    Ok(env)
 }
 
 pub async fn submit_everywhere(c: &Cluster, env: &[u8]) -> Res {
