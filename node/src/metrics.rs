@@ -137,6 +137,13 @@ impl Metrics {
         String::from_utf8(buf).unwrap_or_default()
     }
 
+    /// Counts a failed call to `party`.
+    pub fn peer_error(&self, party: u8) {
+        self.peer_errors
+            .with_label_values(&[&party.to_string()])
+            .inc();
+    }
+
     /// Current value of `ocelli_intake_total{status}`.
     pub fn intake_count(&self, status: &str) -> u64 {
         self.intake.with_label_values(&[status]).get()

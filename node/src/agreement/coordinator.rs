@@ -195,11 +195,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
             }
         }
         if failure.is_some() {
-            state
-                .metrics
-                .peer_errors
-                .with_label_values(&[&party.to_string()])
-                .inc();
+            state.metrics.peer_error(party);
         }
     }
     if let Some(f) = failure {
@@ -300,11 +296,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
             },
             Err(e) => {
                 tracing::warn!(batch_id, party, error = %e, "peer did not evaluate the batch");
-                state
-                    .metrics
-                    .peer_errors
-                    .with_label_values(&[&party.to_string()])
-                    .inc();
+                state.metrics.peer_error(party);
             }
         }
     }
@@ -333,11 +325,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
             }
             Err(e) => {
                 tracing::warn!(batch_id, party, error = %e, "batch not finalised at the peer; it catches up later");
-                state
-                    .metrics
-                    .peer_errors
-                    .with_label_values(&[&party.to_string()])
-                    .inc();
+                state.metrics.peer_error(party);
             }
         }
     }
