@@ -8,10 +8,9 @@
 
 use core::ops::Range;
 
-use zeroize::Zeroizing;
-
 use crate::db::{MatchDb, Part};
 use crate::error::EngineError;
+use crate::scratch::ScratchVec;
 
 /// Party-local dot products of share vectors.
 pub trait DotEngine: Send + Sync {
@@ -54,7 +53,7 @@ pub trait DotEngine: Send + Sync {
     /// Lays out a matrix of query vectors (row-major, `len` each) once for many
     /// [`DotEngine::dot_db_prepared`] calls: the database passes of a batch all read the same
     /// queries. The default keeps the rows as they are.
-    fn prepare_queries(&self, queries: Zeroizing<Vec<u16>>, len: usize) -> PreparedQueries {
+    fn prepare_queries(&self, queries: ScratchVec, len: usize) -> PreparedQueries {
         PreparedQueries {
             rows: queries.len() / len,
             layout: QueryLayout::Rows,
@@ -109,7 +108,7 @@ pub struct PreparedQueries {
     /// How `data` holds them.
     pub layout: QueryLayout,
     /// The coefficients.
-    pub data: Zeroizing<Vec<u16>>,
+    pub data: ScratchVec,
 }
 
 impl core::fmt::Debug for PreparedQueries {

@@ -41,6 +41,7 @@ pub mod process;
 pub mod randomness;
 pub mod recovery;
 pub mod requests;
+pub mod scratch;
 pub mod session;
 pub mod share;
 pub mod synthetic;

@@ -22,6 +22,7 @@ use crate::engine::kernels::{
     SCALAR_P, VNNI_D, VNNI_P,
 };
 use crate::error::EngineError;
+use crate::scratch::ScratchVec;
 
 /// Coefficients per chunk (even, like every vector length). A slab's chunk is 512 KB at 128
 /// query rows, inside L2; measured at 1,024 to 12,800, 2,048 was fastest with both SIMD
@@ -127,10 +128,11 @@ impl Kernel {
 /// The `len`-long rows of `q` in panels of `p` rows, the last padded with zero rows. Panel
 /// after panel, each holds pair `k` of its every row side by side, then pair `k + 1`: a
 /// chunk `k0..k0 + kl` of a panel is the run `p * k0..p * (k0 + kl)` inside it. In parallel
-/// over panels; zeroized when dropped (it copies shares).
-pub(crate) fn interleave(q: &[u16], len: usize, p: usize) -> Zeroizing<Vec<u16>> {
+/// over panels; zeroized when dropped (it copies shares). The padding rows are never
+/// written: they are the zeros [`ScratchVec::zeroed`] hands out.
+pub(crate) fn interleave(q: &[u16], len: usize, p: usize) -> ScratchVec {
     let panels = (q.len() / len).div_ceil(p);
-    let mut out = Zeroizing::new(vec![0u16; panels * p * len]);
+    let mut out = ScratchVec::zeroed(panels * p * len);
     out.par_chunks_mut(p * len)
         .zip(q.par_chunks(p * len))
         .for_each(|(panel, rows)| {
@@ -354,7 +356,7 @@ impl DotEngine for CpuEngine {
         }
     }
 
-    fn prepare_queries(&self, queries: Zeroizing<Vec<u16>>, len: usize) -> PreparedQueries {
+    fn prepare_queries(&self, queries: ScratchVec, len: usize) -> PreparedQueries {
         let rows = queries.len() / len;
         let panel = self.kernel.panel_rows();
         PreparedQueries {

@@ -10,13 +10,14 @@ use sdk_orb::{PartyId, CODE_COEFS, MASK_COEFS};
 use zeroize::{Zeroize, Zeroizing};
 
 use crate::dot::{DotEngine, PreparedQueries};
+use crate::scratch::ScratchVec;
 
 /// Prepared queries, per eye one matrix of codes and one of trimmed masks: query `i`'s 31
 /// rotations are rows `31 i..31 (i + 1)`, rotation `k` at row `31 i + k + 15`. Consecutive
 /// queries are one contiguous run of rows, so one engine call covers them. Zeroized on drop.
 pub struct QueryMatrix {
-    codes: [Zeroizing<Vec<u16>>; 2],
-    masks: [Zeroizing<Vec<u16>>; 2],
+    codes: [ScratchVec; 2],
+    masks: [ScratchVec; 2],
 }
 
 impl core::fmt::Debug for QueryMatrix {
@@ -42,7 +43,7 @@ impl QueryMatrix {
     /// communication. Queries are prepared in parallel.
     pub fn new(party: PartyId, people: &[(&PartyShares, bool)]) -> QueryMatrix {
         let rows = people.len() * ROTATION_COUNT;
-        let matrix = |coefs| Zeroizing::new(vec![0u16; rows * coefs]);
+        let matrix = |coefs| ScratchVec::zeroed(rows * coefs);
         let mut codes = [matrix(CODE_COEFS), matrix(CODE_COEFS)];
         let mut masks = [matrix(MASK_COEFS), matrix(MASK_COEFS)];
         let [c0, c1] = &mut codes;
