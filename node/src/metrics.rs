@@ -137,6 +137,11 @@ impl Metrics {
         String::from_utf8(buf).unwrap_or_default()
     }
 
+    /// Counts a batch round by `outcome` (`ocelli_batches_total{outcome}`).
+    pub fn batch(&self, outcome: &str) {
+        self.batches.with_label_values(&[outcome]).inc();
+    }
+
     /// Counts a failed call to `party`.
     pub fn peer_error(&self, party: u8) {
         self.peer_errors

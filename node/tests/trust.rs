@@ -433,9 +433,7 @@ async fn slow_batch_does_not_split_results() -> Res {
         agreed_status(&c, &id_of(&during)?).await?,
         ResultStatus::UniqueEnrolled
     );
-    let s = c.summaries();
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
+    c.assert_stores_agree();
     c.stop_all().await?;
     Ok(())
 }
@@ -500,9 +498,7 @@ async fn restart_after_mpc_catches_up() -> Res {
         agreed_status(&c, &id_of(&next)?).await?,
         ResultStatus::UniqueEnrolled
     );
-    let s = c.summaries();
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
+    c.assert_stores_agree();
     c.stop_all().await?;
     Ok(())
 }
@@ -539,9 +535,7 @@ async fn batch_completed_by_one_node_only_runs_again() -> Res {
             agreed_status(&c, &id_of(&env)?).await?,
             ResultStatus::UniqueEnrolled
         );
-        let s = c.summaries();
-        assert_eq!(s[0], s[1]);
-        assert_eq!(s[1], s[2]);
+        c.assert_stores_agree();
         c.stop_all().await?;
     }
     Ok(())
@@ -620,9 +614,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
     }
     c.wait_drained(Duration::from_secs(20)).await?;
     assert_eq!(agreed_status(&c, &id).await?, ResultStatus::UniqueEnrolled);
-    let s = c.summaries();
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
+    c.assert_stores_agree();
     c.stop_all().await?;
     Ok(())
 }
@@ -692,9 +684,7 @@ async fn forged_catch_up_is_refused() -> Res {
         agreed_status(&c, &id_of(&next)?).await?,
         ResultStatus::UniqueEnrolled
     );
-    let s = c.summaries();
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
+    c.assert_stores_agree();
     c.stop_all().await?;
     Ok(())
 }

@@ -158,11 +158,7 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<Applie
                 party,
                 "refused outcomes not attested by both other nodes"
             );
-            state
-                .metrics
-                .batches
-                .with_label_values(&["refused_unattested"])
-                .inc();
+            state.metrics.batch("refused_unattested");
             return Err(ApplyError::Unattested {
                 batch_id: commit.batch_id,
                 party,

@@ -58,7 +58,7 @@ pub async fn run(state: Arc<NodeState>, peers: Peers, mut shutdown: watch::Recei
             Ok(r) => tracing::debug!(?r, "batch round"),
             Err(e) => {
                 tracing::warn!(error = %e, "batch round failed; requests stay pending");
-                state.metrics.batches.with_label_values(&["failed"]).inc();
+                state.metrics.batch("failed");
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
                     _ = shutdown.changed() => {}
@@ -287,11 +287,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
                         party,
                         "peer's attestation is missing or differs from this node's outcomes"
                     );
-                    state
-                        .metrics
-                        .batches
-                        .with_label_values(&["results_differ"])
-                        .inc();
+                    state.metrics.batch("results_differ");
                 }
             },
             Err(e) => {
@@ -317,11 +313,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
             Ok(ack) if ack.results_digest == ours.results_digest => {}
             Ok(_) => {
                 tracing::error!(batch_id, party, "peer results differ from ours");
-                state
-                    .metrics
-                    .batches
-                    .with_label_values(&["results_differ"])
-                    .inc();
+                state.metrics.batch("results_differ");
             }
             Err(e) => {
                 tracing::warn!(batch_id, party, error = %e, "batch not finalised at the peer; it catches up later");
@@ -334,11 +326,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         .batch_latency
         .observe(started.elapsed().as_secs_f64());
     state.metrics.batch_size.observe(size as f64);
-    state
-        .metrics
-        .batches
-        .with_label_values(&["committed"])
-        .inc();
+    state.metrics.batch("committed");
     Ok(Round::Committed { batch_id, size })
 }
 

@@ -291,6 +291,13 @@ impl Cluster {
             .collect()
     }
 
+    /// Asserts that the three stores hold the same requests, results and entries.
+    pub fn assert_stores_agree(&self) {
+        let s = self.summaries();
+        assert_eq!(s[0], s[1]);
+        assert_eq!(s[1], s[2]);
+    }
+
     /// Waits until no node has pending requests.
     pub async fn wait_drained(&self, timeout: Duration) -> Res {
         let deadline = Instant::now() + timeout;
