@@ -16,7 +16,9 @@ use rand_core::{CryptoRng, RngCore};
 use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
 use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
 use sdk_orb::{IrisTemplate, RequestId};
-use shared_proto::v1::{GetResultRequest, NodeResult, SubmitRequest};
+use shared_proto::v1::{
+    GetResultRequest, NodeResult, SignedResult, StreamResultsRequest, SubmitRequest,
+};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -324,34 +326,58 @@ impl Orb {
     /// # Errors
     /// No result in time, or results that do not agree.
     pub async fn result(&self, id: &RequestId, timeout: Duration) -> Result<NodeResult, ToolError> {
-        let deadline = Instant::now() + timeout;
-        let mut results = Vec::new();
-        for client in &self.clients {
-            loop {
-                let mut c = client.orb.clone();
-                match c
-                    .get_result(GetResultRequest {
-                        request_id: id.0.to_vec(),
-                    })
-                    .await
-                {
-                    Ok(r) => {
-                        results.push(r.into_inner());
-                        break;
-                    }
-                    Err(s)
-                        if s.code() == tonic::Code::Unavailable
-                            || s.code() == tonic::Code::NotFound =>
-                    {
-                        if Instant::now() > deadline {
-                            return Err(format!("no result for {id} in time").into());
-                        }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    Err(s) => return Err(s.message().to_owned().into()),
-                }
-            }
-        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let waits = self
+            .clients
+            .iter()
+            .map(|client| wait_for_result(client, id, deadline));
+        let results = futures::future::try_join_all(waits).await?;
         Ok(agree(&results, &self.result_keys, &id.0)?)
+    }
+}
+
+/// One node's signed result of `id`. The node holds the call open until the result is
+/// final (`StreamResults` naming the id), so waiting costs no polling; where the stream
+/// ends without it (the node restarted, or the stream fell behind), `GetResult` is polled
+/// with a growing pause.
+async fn wait_for_result(
+    client: &OrbClient,
+    id: &RequestId,
+    deadline: tokio::time::Instant,
+) -> Result<SignedResult, ToolError> {
+    let late = || ToolError::from(format!("no result for {id} in time"));
+    let request_ids = vec![id.0.to_vec()];
+    if let Ok(stream) = client
+        .orb
+        .clone()
+        .stream_results(StreamResultsRequest { request_ids })
+        .await
+    {
+        match tokio::time::timeout_at(deadline, stream.into_inner().message()).await {
+            Ok(Ok(Some(r))) => return Ok(r),
+            Ok(_) => {}
+            Err(_) => return Err(late()),
+        }
+    }
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match client
+            .orb
+            .clone()
+            .get_result(GetResultRequest {
+                request_id: id.0.to_vec(),
+            })
+            .await
+        {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(s) if s.code() == tonic::Code::Unavailable || s.code() == tonic::Code::NotFound => {
+                if tokio::time::Instant::now() + pause > deadline {
+                    return Err(late());
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            Err(s) => return Err(s.message().to_owned().into()),
+        }
     }
 }
