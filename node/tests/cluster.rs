@@ -32,15 +32,10 @@ async fn accepted_envelopes_are_stored_identically_and_answered_not_evaluated() 
         }
     }
     c.wait_drained(Duration::from_secs(20)).await?;
-    let s = c.summaries();
-    assert_eq!(s[0].requests.len(), 5);
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
-    assert!(
-        s[0].serials.is_empty(),
-        "nothing may be enrolled unevaluated"
-    );
-    for r in s[0].requests.values() {
+    let s = c.assert_stores_agree();
+    assert_eq!(s.requests.len(), 5);
+    assert!(s.serials.is_empty(), "nothing may be enrolled unevaluated");
+    for r in s.requests.values() {
         let r = NodeResult::decode(r.result.as_deref().ok_or("missing result")?)?;
         assert_eq!(r.status, ResultStatus::NotEvaluated as i32);
     }
@@ -74,11 +69,9 @@ async fn enrolments_get_identical_serial_ids_and_signed_identical_results() -> R
         }
         c.wait_drained(Duration::from_secs(20)).await?;
     }
-    let s = c.summaries();
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
-    assert_eq!(s[0].serials, vec![1, 3, 4]);
-    assert_eq!(s[0].next_serial, 5);
+    let s = c.assert_stores_agree();
+    assert_eq!(s.serials, vec![1, 3, 4]);
+    assert_eq!(s.next_serial, 5);
     for i in 0..3 {
         assert_eq!(c.state(i).shares().len(), 3);
     }
@@ -278,10 +271,8 @@ async fn small_concurrent_load_loses_nothing_and_survives_a_graceful_restart() -
     c.restart_node(0).await?;
     submit_concurrently(&c, second).await?;
     c.wait_drained(Duration::from_secs(30)).await?;
-    let s = c.summaries();
-    assert_eq!(s[0].requests.len(), 24);
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
+    let s = c.assert_stores_agree();
+    assert_eq!(s.requests.len(), 24);
     let h = c
         .client(1)
         .health

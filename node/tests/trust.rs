@@ -344,10 +344,8 @@ async fn undecryptable_request_fails_identically() -> Res {
     for id in [deletion, enrol] {
         assert_eq!(agreed_status(&c, &id).await?, ResultStatus::Unopenable);
     }
-    let s = c.summaries();
-    assert_eq!(s[0].serials, vec![1], "the deletion changed nothing");
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
+    let s = c.assert_stores_agree();
+    assert_eq!(s.serials, vec![1], "the deletion changed nothing");
     // Sealed to the new key, the next request is evaluated on all three.
     c.node_keys = keys;
     let next = c.envelope();
@@ -379,10 +377,8 @@ async fn key_rotation_with_pending_envelopes() -> Res {
         agreed_status(&c, &enrol).await?,
         ResultStatus::UniqueEnrolled
     );
-    let s = c.summaries();
-    assert_eq!(s[0].serials, vec![2]);
-    assert_eq!(s[0], s[1]);
-    assert_eq!(s[1], s[2]);
+    let s = c.assert_stores_agree();
+    assert_eq!(s.serials, vec![2]);
     let stale = c.envelope();
     let refused = c
         .submit_all(&stale)

@@ -291,11 +291,13 @@ impl Cluster {
             .collect()
     }
 
-    /// Asserts that the three stores hold the same requests, results and entries.
-    pub fn assert_stores_agree(&self) {
-        let s = self.summaries();
-        assert_eq!(s[0], s[1]);
-        assert_eq!(s[1], s[2]);
+    /// Asserts that the three stores hold the same requests, results and entries, and
+    /// returns that common summary.
+    pub fn assert_stores_agree(&self) -> StoreSummary {
+        let [s0, s1, s2]: [StoreSummary; 3] = self.summaries().try_into().expect("three summaries");
+        assert_eq!(s0, s1);
+        assert_eq!(s1, s2);
+        s0
     }
 
     /// Waits until no node has pending requests.
