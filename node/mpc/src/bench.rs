@@ -16,12 +16,13 @@ pub mod device;
 pub mod plaintext;
 
 use crate::compare::{match_bits, or_blocks};
-use crate::db::MatchDb;
+use crate::db::{MatchDb, Part};
 use crate::dot::DotEngine;
 use crate::engine::{mac_peak, CpuEngine, Kernel};
 use crate::local::{additive_u16, run_three};
 use crate::pipeline::{evaluate, PairRules, PipelineConfig, PipelineRequest, Target};
 use crate::process::{cpu_seconds, resident_bytes};
+use crate::scratch::ScratchVec;
 use crate::synthetic;
 
 /// Sizes of a bench run.
@@ -56,6 +57,15 @@ pub struct BenchReport {
     pub queries: usize,
     /// Dot-product phase, one party on one core (the best of three runs).
     pub dot_per_party_core: f64,
+    /// The dot-product phase as the pipeline runs it: each query's 31 rotations prepared
+    /// once ([`DotEngine::prepare_rotations`]) against a share database, one party on one
+    /// core (the best of three runs).
+    pub dot_rotations_per_party_core: f64,
+    /// Multiply-adds per comparison the kernel runs in `dot_rotations_per_party_core`
+    /// (19,200 without the correlation of rotations; panel padding included).
+    pub dot_rotations_macs_per_comparison: f64,
+    /// Fraction of `mac_peak` those multiply-adds reach.
+    pub dot_rotations_mac_fraction: Option<f64>,
     /// Coefficients per chunk of the engine's loop nest.
     pub dot_chunk: usize,
     /// Comparison phase (split, lift, MSB, OR over rotations), per party-core.
@@ -100,6 +110,17 @@ impl std::fmt::Display for BenchReport {
             "  dot-product phase   {:>12} per party-core (chunks of {})",
             m(self.dot_per_party_core),
             self.dot_chunk
+        )?;
+        writeln!(
+            f,
+            "  dot, rotations      {:>12} per party-core ({:.0} multiply-adds per comparison{})",
+            m(self.dot_rotations_per_party_core),
+            self.dot_rotations_macs_per_comparison,
+            self.dot_rotations_mac_fraction
+                .map_or(String::new(), |x| format!(
+                    ", {:.0} % of the peak",
+                    x * 100.0
+                ))
         )?;
         writeln!(
             f,
@@ -220,6 +241,35 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         peak.map(|p| dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / p.macs_per_second);
     drop((queries_code, queries_mask, db_code, db_mask, out));
 
+    progress("dot-product phase, rotation groups");
+    let mut share_db = MatchDb::new();
+    for serial in 1..=n as u64 {
+        share_db.push(serial, &synthetic::random_shares(&mut rng));
+    }
+    let prepared = [Part::Code, Part::Mask].map(|part| {
+        let len = part.coefs();
+        let mut queries = ScratchVec::zeroed(q * len);
+        queries.copy_from_slice(&random_u16(&mut rng, q * len));
+        (part, engine.prepare_rotations(queries, len))
+    });
+    let mut out = vec![0u16; rows * n];
+    let rotations_seconds = (0..3)
+        .map(|_| {
+            measure(|| {
+                for (part, queries) in &prepared {
+                    engine.dot_db_prepared(queries, &share_db, 0, *part, 0..n, &mut out);
+                }
+            })
+            .1
+        })
+        .fold(f64::INFINITY, f64::min);
+    let rotations_rate = (rows * n) as f64 / rotations_seconds;
+    let rotations_macs = (engine.rotation_macs(q, CODE_COEFS) + engine.rotation_macs(q, MASK_COEFS))
+        as f64
+        / rows as f64;
+    let rotations_fraction = peak.map(|p| rotations_rate * rotations_macs / p.macs_per_second);
+    drop((share_db, prepared, out));
+
     progress("comparison phase");
     let a = threshold_coefficient(DEFAULT_THRESHOLD);
     let comparisons = rows * n;
@@ -306,6 +356,9 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         db_entries: n,
         queries: q,
         dot_per_party_core: dot_rate,
+        dot_rotations_per_party_core: rotations_rate,
+        dot_rotations_macs_per_comparison: rotations_macs,
+        dot_rotations_mac_fraction: rotations_fraction,
         dot_chunk: engine_chunk,
         compare_per_party_core: compare_rate,
         pipeline_per_party_core: pipeline_rate,

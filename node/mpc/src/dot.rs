@@ -11,6 +11,7 @@ use core::ops::Range;
 use crate::db::{MatchDb, Part};
 use crate::error::EngineError;
 use crate::scratch::ScratchVec;
+use sdk_orb::rotation::{rotate_coefs, rotations, ROTATION_COUNT};
 
 /// Party-local dot products of share vectors.
 pub trait DotEngine: Send + Sync {
@@ -61,6 +62,15 @@ pub trait DotEngine: Send + Sync {
         }
     }
 
+    /// [`DotEngine::prepare_queries`] for the 31 rotations of each of `queries` (row-major,
+    /// `len` each, unrotated): the prepared rows are query `i`'s rotation `k` at row
+    /// `31 i + k + 15`, as [`sdk_orb::rotation::rotate_coefs`] makes them. An engine may use
+    /// the rotations' structure instead of writing them out (the CPU engine's
+    /// [`crate::engine::correlate`]); the default expands them and lays out the rows.
+    fn prepare_rotations(&self, queries: ScratchVec, len: usize) -> PreparedQueries {
+        self.prepare_queries(expand_rotations(&queries, len), len)
+    }
+
     /// [`DotEngine::dot_db`] on queries this engine prepared.
     ///
     /// # Panics
@@ -90,6 +100,20 @@ pub trait DotEngine: Send + Sync {
     }
 }
 
+/// The 31 rotations of each `len`-long row of `queries`, rotation-major per row.
+pub fn expand_rotations(queries: &[u16], len: usize) -> ScratchVec {
+    let mut rows = ScratchVec::zeroed(queries.len() * ROTATION_COUNT);
+    for (group, query) in rows
+        .chunks_exact_mut(ROTATION_COUNT * len)
+        .zip(queries.chunks_exact(len))
+    {
+        for (row, k) in group.chunks_exact_mut(len).zip(rotations()) {
+            rotate_coefs(query, k, row);
+        }
+    }
+    rows
+}
+
 /// How a [`PreparedQueries`] holds its rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueryLayout {
@@ -99,6 +123,9 @@ pub enum QueryLayout {
     /// of every row of a panel side by side: the CPU engine's tiles
     /// ([`crate::engine::kernels`]).
     Panels(usize),
+    /// The nine leaves of [`crate::engine::correlate`], eight lags per query each, every
+    /// leaf in panels of this many rows: the CPU engine's rotation groups.
+    Correlated(usize),
 }
 
 /// Query vectors in an engine's layout ([`DotEngine::prepare_queries`]). Zeroized on drop.

@@ -3,6 +3,7 @@
 //! [`crate::dot::DotEngine`], and [`build`], which picks one for a node or a
 //! benchmark.
 
+pub mod correlate;
 pub mod cpu;
 #[cfg(feature = "gpu")]
 #[allow(unsafe_code)]

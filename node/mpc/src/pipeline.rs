@@ -261,8 +261,8 @@ pub fn evaluate<C: Circuit>(
     config: &PipelineConfig,
 ) -> Result<Vec<MatchResult>, NetworkError> {
     let party = circuit.party();
-    // The queries, in the order the passes read them: the database-scanning requests, their
-    // mirrored queries, then the other requests with first-pass comparisons.
+    // The database-scanning queries in the order the passes read them: the requests, then
+    // their mirrored queries.
     let mut scanning: Vec<(usize, bool)> = (0..requests.len())
         .filter(|&j| requests[j].target == Target::Database)
         .map(|j| (j, false))
@@ -273,25 +273,25 @@ pub fn evaluate<C: Circuit>(
             .map(|j| (j, true)),
     );
     let any_mirror = scanning.iter().any(|&(_, mirror)| mirror);
-    let mut entries = scanning.clone();
-    entries.extend(
-        (0..requests.len())
-            .filter(|&j| {
-                let r = &requests[j];
-                r.target != Target::Database && (r.target != Target::Nothing || r.against_earlier)
-            })
-            .map(|j| (j, false)),
-    );
-    let people: Vec<_> = entries
+    // The first pass's queries, with their rotations: the requests with an earlier
+    // enrolment candidate to match or an entry to re-authenticate against.
+    let first_candidate = requests.iter().position(|r| r.candidate);
+    let first_pass: Vec<usize> = (0..requests.len())
+        .filter(|&j| {
+            let r = &requests[j];
+            matches!(r.target, Target::Entry(_))
+                || (r.against_earlier && first_candidate.is_some_and(|k| k < j))
+        })
+        .collect();
+    let scan_people: Vec<_> = scanning
         .iter()
         .map(|&(j, mirror)| (requests[j].shares, mirror))
         .collect();
-    let queries = QueryMatrix::new(party, &people);
+    let first_people: Vec<_> = first_pass.iter().map(|&j| requests[j].shares).collect();
+    let queries = QueryMatrix::new(party, &scan_people, &first_people);
     let mut plain = vec![None; requests.len()];
-    for (i, &(j, mirror)) in entries.iter().enumerate() {
-        if !mirror {
-            plain[j] = Some(i);
-        }
+    for (i, &j) in first_pass.iter().enumerate() {
+        plain[j] = Some(i);
     }
     let mut results = vec![MatchResult::default(); requests.len()];
     // [request][..] OR accumulators: the plain pairs (privacy-max), then the mirrored pairs.
@@ -308,7 +308,7 @@ pub fn evaluate<C: Circuit>(
         )?;
     }
     if !scanning.is_empty() && !db.is_empty() {
-        let queries = queries.prepare_scanning(engine, scanning.len());
+        let queries = queries.prepare_scanning(engine);
         let per_entry = scanning.len() * ROTATION_COUNT * 2;
         let chunk = config
             .chunk_entries

@@ -16,13 +16,15 @@ use zeroize::Zeroizing;
 use core::ops::Range;
 
 use crate::db::{MatchDb, Part};
-use crate::dot::{DotEngine, PreparedQueries, QueryLayout};
+use crate::dot::{expand_rotations, DotEngine, PreparedQueries, QueryLayout};
+use crate::engine::correlate::{self, leaf_len, LEAF_LAGS, LEAVES};
 use crate::engine::kernels::{
     tile_avx2, tile_avx512_vnni, tile_scalar, Acc, Avx2, Avx512Vnni, AVX2_D, AVX2_P, SCALAR_D,
     SCALAR_P, VNNI_D, VNNI_P,
 };
 use crate::error::EngineError;
 use crate::scratch::ScratchVec;
+use sdk_orb::rotation::{CHUNK_COEFS, ROTATION_COUNT};
 
 /// Coefficients per chunk (even, like every vector length). A slab's chunk is 512 KB at 128
 /// query rows, inside L2; measured at 1,024 to 12,800, 2,048 was fastest with both SIMD
@@ -34,6 +36,9 @@ pub const CHUNK: usize = 2048;
 pub const QUERY_SLAB_ROWS: usize = 124;
 /// Database rows per block task (rounded down to whole tiles).
 pub const BLOCK_ROWS: usize = 192;
+/// Database rows whose correlation leaves ([`correlate`]) are made and matched together: one
+/// leaf of the block's codes (307 KB) stays in L2 while the query panels stream over it.
+pub const CORRELATION_ROWS: usize = 48;
 
 /// Which micro-kernel the engine runs. The SIMD variants carry the token that run-time
 /// detection issues, so a `Kernel` always names instructions this CPU has.
@@ -133,6 +138,12 @@ impl Kernel {
 pub(crate) fn interleave(q: &[u16], len: usize, p: usize) -> ScratchVec {
     let panels = (q.len() / len).div_ceil(p);
     let mut out = ScratchVec::zeroed(panels * p * len);
+    interleave_into(q, len, p, &mut out);
+    out
+}
+
+/// [`interleave`] into `out` (zeros, `(q.len() / len).div_ceil(p) * p * len` long).
+fn interleave_into(q: &[u16], len: usize, p: usize, out: &mut [u16]) {
     out.par_chunks_mut(p * len)
         .zip(q.par_chunks(p * len))
         .for_each(|(panel, rows)| {
@@ -144,7 +155,6 @@ pub(crate) fn interleave(q: &[u16], len: usize, p: usize) -> ScratchVec {
                 }
             }
         });
-    out
 }
 
 /// The loop nest around a `P` x `D` tile: slabs of query panels, each against the whole
@@ -312,6 +322,90 @@ impl CpuEngine {
         }
         self.install(|| self.kernel.run(self.chunk, panels, nq, db, len, out));
     }
+
+    /// Whether `bases` queries' correlation leaves take fewer multiply-adds than their
+    /// rotations, each counted in whole panels of this kernel.
+    fn correlation_pays(&self, bases: usize, len: usize) -> bool {
+        let p = self.kernel.panel_rows();
+        let fits = len.is_multiple_of(CHUNK_COEFS) && leaf_len(len).is_multiple_of(64);
+        let leaves = LEAVES * (bases * LEAF_LAGS).div_ceil(p) * p * leaf_len(len);
+        fits && leaves < (bases * ROTATION_COUNT).div_ceil(p) * p * len
+    }
+
+    /// Multiply-adds the kernel runs for the rotation groups of `bases` queries of length
+    /// `len` against one database row ([`DotEngine::prepare_rotations`]), panel padding
+    /// included.
+    pub fn rotation_macs(&self, bases: usize, len: usize) -> usize {
+        let p = self.kernel.panel_rows();
+        if self.correlation_pays(bases, len) {
+            LEAVES * (bases * LEAF_LAGS).div_ceil(p) * p * leaf_len(len)
+        } else {
+            (bases * ROTATION_COUNT).div_ceil(p) * p * len
+        }
+    }
+
+    /// [`DotEngine::dot_db_prepared`] for [`QueryLayout::Correlated`] queries (`bases` of
+    /// them, `panels` their leaves): the database rows' leaves are made block by block, each
+    /// block's nine leaf products combined into the 31 rotations.
+    fn dot_correlated(
+        &self,
+        panels: &[u16],
+        bases: usize,
+        db: &[u16],
+        len: usize,
+        out: &mut [u16],
+    ) {
+        let n = leaf_len(len);
+        let nd = db.len() / len;
+        let p = self.kernel.panel_rows();
+        let leaf_rows = bases * LEAF_LAGS;
+        let stride = leaf_rows.div_ceil(p) * p * n;
+        assert_eq!(panels.len(), LEAVES * stride);
+        assert_eq!(db.len() % len, 0);
+        assert_eq!(out.len(), bases * ROTATION_COUNT * nd);
+        if out.is_empty() {
+            return;
+        }
+        let blocks: Vec<(usize, Vec<u16>)> = self.install(|| {
+            db.par_chunks(CORRELATION_ROWS * len)
+                .enumerate()
+                .map(|(b, rows)| {
+                    let width = rows.len() / len;
+                    let mut leaves = ScratchVec::zeroed(LEAVES * width * n);
+                    for (d, y) in rows.chunks_exact(len).enumerate() {
+                        correlate::db_leaves(y, &mut leaves[d * n..], width * n);
+                    }
+                    let part = leaf_rows * width;
+                    let mut results = vec![0u16; LEAVES * part];
+                    for (s, (leaf, result)) in leaves
+                        .chunks_exact(width * n)
+                        .zip(results.chunks_exact_mut(part))
+                        .enumerate()
+                    {
+                        let queries = &panels[s * stride..(s + 1) * stride];
+                        self.kernel
+                            .run(self.chunk, queries, leaf_rows, leaf, n, result);
+                    }
+                    let mut buf = vec![0u16; bases * ROTATION_COUNT * width];
+                    for (base, out) in buf.chunks_exact_mut(ROTATION_COUNT * width).enumerate() {
+                        let leaf = |s: usize, i: usize| {
+                            let at = s * part + (base * LEAF_LAGS + i) * width;
+                            &results[at..at + width]
+                        };
+                        correlate::combine(leaf, width, out);
+                    }
+                    (b * CORRELATION_ROWS, buf)
+                })
+                .collect()
+        });
+        let rows = bases * ROTATION_COUNT;
+        for (d0, buf) in blocks {
+            let width = buf.len() / rows;
+            for (qi, results) in buf.chunks_exact(width).enumerate() {
+                out[qi * nd + d0..qi * nd + d0 + width].copy_from_slice(results);
+            }
+        }
+    }
 }
 
 impl Default for CpuEngine {
@@ -366,6 +460,44 @@ impl DotEngine for CpuEngine {
         }
     }
 
+    fn prepare_rotations(&self, queries: ScratchVec, len: usize) -> PreparedQueries {
+        let bases = queries.len() / len;
+        if !self.correlation_pays(bases, len) {
+            return self.prepare_queries(expand_rotations(&queries, len), len);
+        }
+        let p = self.kernel.panel_rows();
+        let n = leaf_len(len);
+        let leaf_rows = bases * LEAF_LAGS;
+        let stride = leaf_rows.div_ceil(p) * p * n;
+        let mut data = ScratchVec::zeroed(LEAVES * stride);
+        self.install(|| {
+            let leaves: Vec<[Vec<u16>; LEAVES]> = queries
+                .par_chunks(len)
+                .map(correlate::query_leaves)
+                .collect();
+            let mut lagged = ScratchVec::zeroed(leaf_rows * n);
+            for (s, panels) in data.chunks_exact_mut(stride).enumerate() {
+                lagged
+                    .par_chunks_mut(LEAF_LAGS * n)
+                    .zip(&leaves)
+                    .for_each(|(rows, leaves)| {
+                        for (i, row) in rows.chunks_exact_mut(n).enumerate() {
+                            correlate::rotate_leaf(&leaves[s], correlate::leaf_lag(i), row);
+                        }
+                    });
+                interleave_into(&lagged, n, p, panels);
+            }
+            for mut l in leaves {
+                zeroize::Zeroize::zeroize(&mut l);
+            }
+        });
+        PreparedQueries {
+            rows: bases * ROTATION_COUNT,
+            layout: QueryLayout::Correlated(p),
+            data,
+        }
+    }
+
     fn dot_db_prepared(
         &self,
         queries: &PreparedQueries,
@@ -383,8 +515,17 @@ impl DotEngine for CpuEngine {
                 part.coefs(),
                 out,
             ),
+            QueryLayout::Correlated(p) if p == self.kernel.panel_rows() => self.dot_correlated(
+                &queries.data,
+                queries.rows / ROTATION_COUNT,
+                db.vectors(eye, part, rows),
+                part.coefs(),
+                out,
+            ),
             QueryLayout::Rows => self.dot_db(&queries.data, db, eye, part, rows, out),
-            QueryLayout::Panels(_) => panic!("queries laid out for another kernel"),
+            QueryLayout::Panels(_) | QueryLayout::Correlated(_) => {
+                panic!("queries laid out for another kernel")
+            }
         }
     }
 }

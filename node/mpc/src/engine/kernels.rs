@@ -143,6 +143,27 @@ pub fn tile_avx2(
     unreachable!("no token exists off x86_64")
 }
 
+/// The nine correlation leaves of database row `y` ([`crate::engine::correlate::db_leaves`]):
+/// four groups of four elements per step, transposed so that each leaf is a vertical sum.
+///
+/// # Panics
+/// If `y` is not a whole number of 64-coefficient steps or `out` cannot hold nine leaves at
+/// `stride`.
+pub fn leaves_avx2(_cpu: Avx2, y: &[u16], out: &mut [u16], stride: usize) {
+    let steps = y.len() / 64;
+    assert!(
+        y.len() == 64 * steps && stride >= 16 * steps && out.len() >= 8 * stride + 16 * steps,
+        "a row of whole steps and room for nine leaves"
+    );
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the token proves the CPU has the target feature; the lengths were checked.
+    unsafe {
+        x86::leaves_avx2(y, out, stride, steps)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("no token exists off x86_64")
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{Acc, AVX2_D, AVX2_P, VNNI_D, VNNI_P};
@@ -392,6 +413,56 @@ mod x86 {
                 out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
                 options(nostack),
             );
+        }
+    }
+
+    /// [`super::leaves_avx2`]: per step, the groups `g0..g3` (elements `z0..z3` of four
+    /// consecutive groups) are transposed into `Z0..Z3`, each holding one element of every
+    /// group, then summed.
+    ///
+    /// # Safety
+    /// The CPU must support `avx2`; `y` must hold `64 * steps` coefficients and `out` nine
+    /// leaves of `16 * steps` at `stride`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn leaves_avx2(y: &[u16], out: &mut [u16], stride: usize, steps: usize) {
+        use core::arch::x86_64::*;
+        let src = y.as_ptr() as *const __m256i;
+        let dst = out.as_mut_ptr();
+        for i in 0..steps {
+            // SAFETY: step `i` reads 128 bytes inside `y` and writes 32 bytes at
+            // `16 * i` of each leaf, inside `out` (the caller's contract).
+            unsafe {
+                let g0 = _mm256_loadu_si256(src.add(4 * i));
+                let g1 = _mm256_loadu_si256(src.add(4 * i + 1));
+                let g2 = _mm256_loadu_si256(src.add(4 * i + 2));
+                let g3 = _mm256_loadu_si256(src.add(4 * i + 3));
+                let t0 = _mm256_unpacklo_epi64(g0, g1);
+                let t1 = _mm256_unpackhi_epi64(g0, g1);
+                let t2 = _mm256_unpacklo_epi64(g2, g3);
+                let t3 = _mm256_unpackhi_epi64(g2, g3);
+                let z0 = _mm256_permute2x128_si256::<0x20>(t0, t2);
+                let z2 = _mm256_permute2x128_si256::<0x31>(t0, t2);
+                let z1 = _mm256_permute2x128_si256::<0x20>(t1, t3);
+                let z3 = _mm256_permute2x128_si256::<0x31>(t1, t3);
+                let z01 = _mm256_add_epi16(z0, z1);
+                let z23 = _mm256_add_epi16(z2, z3);
+                let z13 = _mm256_add_epi16(z1, z3);
+                let z02 = _mm256_add_epi16(z0, z2);
+                let leaves = [
+                    _mm256_add_epi16(z01, z23),
+                    z23,
+                    z01,
+                    z13,
+                    z3,
+                    z1,
+                    z02,
+                    z2,
+                    z0,
+                ];
+                for (s, v) in leaves.into_iter().enumerate() {
+                    _mm256_storeu_si256(dst.add(s * stride + 16 * i) as *mut __m256i, v);
+                }
+            }
         }
     }
 }

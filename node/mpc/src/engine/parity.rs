@@ -9,8 +9,11 @@ use sdk_orb::{CODE_COEFS, MASK_COEFS};
 
 use sdk_orb::plaintext::DEFAULT_THRESHOLD;
 
-use crate::dot::DotEngine;
+use crate::db::{MatchDb, Part};
+use crate::dot::{expand_rotations, DotEngine};
 use crate::engine::cpu::{BLOCK_ROWS, CHUNK, QUERY_SLAB_ROWS};
+use crate::scratch::ScratchVec;
+use sdk_orb::rotation::ROTATION_COUNT;
 
 fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
     (0..n).map(|_| rng.next_u32() as u16).collect()
@@ -68,6 +71,51 @@ pub fn check_engine(engine: &dyn DotEngine) {
     let mut out = vec![0u16; 2];
     engine.dot(&queries, &db, len, &mut out);
     assert_eq!(out, vec![dot(&db[..len], &queries); 2]);
+    check_rotations(engine, &mut rng);
+}
+
+/// Queries' rotations ([`DotEngine::prepare_rotations`]) against database rows, equal to the
+/// rotations written out through [`DotEngine::dot`]: query counts
+/// on either side of where the CPU engine changes layout, row ranges that are not whole
+/// blocks.
+fn check_rotations(engine: &dyn DotEngine, rng: &mut ChaCha20Rng) {
+    let mut db = MatchDb::new();
+    for serial in 1..=53 {
+        db.push(serial, &crate::synthetic::random_shares(rng));
+    }
+    for (bases, eye, rows) in [(1, 0, 0..53), (3, 1, 7..50), (5, 0, 2..53)] {
+        for part in [Part::Code, Part::Mask] {
+            let len = part.coefs();
+            let raw = random_u16(rng, bases * len);
+            let expected_rows = expand_rotations(&raw, len);
+            let mut queries = ScratchVec::zeroed(raw.len());
+            queries.copy_from_slice(&raw);
+            let prepared = engine.prepare_rotations(queries, len);
+            let nd = rows.len();
+            let mut out = vec![0xA5A5u16; bases * ROTATION_COUNT * nd];
+            engine.dot_db_prepared(&prepared, &db, eye, part, rows.clone(), &mut out);
+            // The rows one by one, checked against the reference above.
+            let mut expected = vec![0u16; out.len()];
+            engine.dot(
+                &expected_rows,
+                db.vectors(eye, part, rows.clone()),
+                len,
+                &mut expected,
+            );
+            for (q, (got, want)) in out
+                .chunks_exact(nd)
+                .zip(expected.chunks_exact(nd))
+                .enumerate()
+            {
+                assert_eq!(
+                    got,
+                    want,
+                    "{}: {bases} rotation groups, row {q}, entries {rows:?}, {part:?}",
+                    engine.name()
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,0 +1,229 @@
+//! The 31 rotations of a query by fast correlation.
+//!
+//! A rotation by `k` moves whole ring elements (four coefficients) `k` places along each
+//! chunk of 200 elements ([`sdk_orb::rotation::rotate_coefs`]). Against one database row `y`,
+//! the rotations of a query `x` are therefore a cyclic cross-correlation, one per chunk and
+//! coefficient position: `out[k] = sum_e y[e] x[e - k]`.
+//!
+//! Two outputs `out[2j]`, `out[2j + 1]` over a pair of elements are a 2 x 2 Toeplitz product,
+//! which takes three multiplications instead of four (Karatsuba; no division, so exact mod
+//! 2^16). With `xe`, `xo` the even and odd elements of `x` (likewise `y`) and `xs[m] =
+//! xo[m - 1]`, each of the three is again a correlation at lag `j` over half as many
+//! elements:
+//!
+//! ```text
+//! out[2j]     = A[j] + B[j]      A: y = ye + yo,  x = xe
+//! out[2j + 1] = A[j] + C[j]      B: y = yo,       x = xo - xe
+//!                                C: y = ye,       x = xs - xe
+//! ```
+//!
+//! Two levels give nine leaves of a quarter of the length, each needing the eight lags
+//! `-4..=3` (which cover `k` in `-16..=15`): 18 dot products of the full length for the 31
+//! rotations, 58 % of the multiply-adds. The query's leaves are built once per batch; a
+//! database row's leaves are sums of its elements four apart, made block by block as the
+//! rows are scanned, so nothing more is kept resident.
+
+use sdk_orb::rotation::{CHUNK_COEFS, MAX_ROTATION, ROTATION_COUNT};
+
+use crate::engine::kernels::{leaves_avx2, Avx2};
+
+/// Coefficients per ring element: a rotation moves whole elements.
+const ELEMENT: usize = 4;
+/// Elements per chunk: the cycle a rotation runs along.
+const ELEMENTS: usize = CHUNK_COEFS / ELEMENT;
+/// Leaves of the two levels, in the order `(first, second)` over `[A, B, C]`.
+pub const LEAVES: usize = 9;
+/// Lags each leaf needs: `-4..=3`.
+pub const LEAF_LAGS: usize = 8;
+const LOWEST_LEAF_LAG: i32 = -4;
+
+/// Length of a leaf of a `len`-long vector.
+pub const fn leaf_len(len: usize) -> usize {
+    len / 4
+}
+
+/// One level on a query sequence set (chunks of `n` elements): the three halves `A`, `B`,
+/// `C` of the module's table, each in chunks of `n / 2` elements, appended to `out`.
+fn split_query(x: &[u16], n: usize, out: [&mut Vec<u16>; 3]) {
+    let [a, b, c] = out;
+    for chunk in x.chunks_exact(n * ELEMENT) {
+        let at = |e: usize, t: usize| chunk[e * ELEMENT + t];
+        for m in 0..n / 2 {
+            for t in 0..ELEMENT {
+                let even = at(2 * m, t);
+                let odd = at(2 * m + 1, t);
+                let shifted = at((2 * m + n - 1) % n, t);
+                a.push(even);
+                b.push(odd.wrapping_sub(even));
+                c.push(shifted.wrapping_sub(even));
+            }
+        }
+    }
+}
+
+/// The nine leaves of a query vector (a whole number of chunks), each `leaf_len` long, in
+/// leaf order.
+pub fn query_leaves(x: &[u16]) -> [Vec<u16>; LEAVES] {
+    assert_eq!(x.len() % CHUNK_COEFS, 0);
+    let half = x.len() / 2;
+    let mut first: [Vec<u16>; 3] = core::array::from_fn(|_| Vec::with_capacity(half));
+    let [a, b, c] = &mut first;
+    split_query(x, ELEMENTS, [a, b, c]);
+    let mut leaves: [Vec<u16>; LEAVES] = core::array::from_fn(|_| Vec::with_capacity(half / 2));
+    for (i, parent) in first.iter().enumerate() {
+        let [a, b, c] = &mut leaves[3 * i..3 * i + 3] else {
+            unreachable!("three leaves per branch")
+        };
+        split_query(parent, ELEMENTS / 2, [a, b, c]);
+    }
+    zeroize::Zeroize::zeroize(&mut first);
+    leaves
+}
+
+/// `leaf` rotated by `lag` elements along each of its chunks (`ELEMENTS / 4` elements):
+/// `dst[e] = src[e - lag]`, as the rotations of the whole vector are.
+pub fn rotate_leaf(src: &[u16], lag: i32, dst: &mut [u16]) {
+    let n = ELEMENTS / 4;
+    let width = n * ELEMENT;
+    let shift = lag.rem_euclid(n as i32) as usize * ELEMENT;
+    for (s, d) in src.chunks_exact(width).zip(dst.chunks_exact_mut(width)) {
+        d[shift..].copy_from_slice(&s[..width - shift]);
+        d[..shift].copy_from_slice(&s[width - shift..]);
+    }
+}
+
+/// The lag of leaf row `i` (`0..LEAF_LAGS`).
+pub fn leaf_lag(i: usize) -> i32 {
+    LOWEST_LEAF_LAG + i as i32
+}
+
+/// Writes the nine leaves of database row `y` (a whole number of chunks): leaf `s` to
+/// `out[s * stride..][..leaf_len]`. Two levels over elements four apart: with `z_r[m] =
+/// y[4m + r]`, the leaves are `z0+z1+z2+z3, z2+z3, z0+z1, z1+z3, z3, z1, z0+z2, z2, z0`.
+pub fn db_leaves(y: &[u16], out: &mut [u16], stride: usize) {
+    assert_eq!(y.len() % CHUNK_COEFS, 0);
+    let len = leaf_len(y.len());
+    assert!(stride >= len && out.len() >= (LEAVES - 1) * stride + len);
+    // Groups of four elements are independent: SIMD takes them four at a time.
+    let simd = match Avx2::detect() {
+        Some(cpu) => {
+            let whole = y.len() / 64 * 64;
+            leaves_avx2(cpu, &y[..whole], out, stride);
+            whole
+        }
+        None => 0,
+    };
+    db_leaves_portable(&y[simd..], out, stride, simd / 4);
+}
+
+/// [`db_leaves`] without SIMD for the groups `y`, written from `at` on in each leaf.
+fn db_leaves_portable(y: &[u16], out: &mut [u16], stride: usize, at: usize) {
+    for (m, group) in y.chunks_exact(4 * ELEMENT).enumerate() {
+        let at = at + m * ELEMENT;
+        for t in 0..ELEMENT {
+            let [z0, z1, z2, z3] = [group[t], group[4 + t], group[8 + t], group[12 + t]];
+            let (z01, z23) = (z0.wrapping_add(z1), z2.wrapping_add(z3));
+            let (z13, z02) = (z1.wrapping_add(z3), z0.wrapping_add(z2));
+            let values = [z01.wrapping_add(z23), z23, z01, z13, z3, z1, z02, z2, z0];
+            for (s, v) in values.into_iter().enumerate() {
+                out[s * stride + at + t] = v;
+            }
+        }
+    }
+}
+
+/// The 31 rotations' results from the leaves', for `width` database rows at once:
+/// `leaf(s, i)` is leaf `s`'s results at leaf lag row `i` (`width` of them); row `r` of `out`
+/// (`ROTATION_COUNT` rows of `width`) gets rotation `r - 15`.
+pub fn combine<'a>(leaf: impl Fn(usize, usize) -> &'a [u16], width: usize, out: &mut [u16]) {
+    assert_eq!(out.len(), ROTATION_COUNT * width);
+    let add = |a: &[u16], b: &[u16], dst: &mut [u16]| {
+        for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+            *d = x.wrapping_add(y);
+        }
+    };
+    // One level up: lags -8..=7 (rows 0..16) of the first level's three branches.
+    let mut upper = vec![0u16; 3 * 2 * LEAF_LAGS * width];
+    for (branch, lags) in upper.chunks_exact_mut(2 * LEAF_LAGS * width).enumerate() {
+        for (i, v) in lags.chunks_exact_mut(width).enumerate() {
+            let (row, odd) = (i / 2, i % 2);
+            add(leaf(3 * branch, row), leaf(3 * branch + 1 + odd, row), v);
+        }
+    }
+    let upper = |branch: usize, row: usize| {
+        let at = (branch * 2 * LEAF_LAGS + row) * width;
+        &upper[at..at + width]
+    };
+    for (r, v) in out.chunks_exact_mut(width).enumerate() {
+        // Rotation k = r - 15 is level-one lag j = k div 2 (row j + 8), k mod 2.
+        let k = r as i32 - MAX_ROTATION;
+        let row = (k.div_euclid(2) + LEAF_LAGS as i32) as usize;
+        let odd = k.rem_euclid(2) as usize;
+        add(upper(0, row), upper(1 + odd, row), v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::rand_core::{RngCore, SeedableRng};
+    use sdk_orb::rotation::{rotate_coefs, rotations};
+
+    fn dot(a: &[u16], b: &[u16]) -> u16 {
+        a.iter()
+            .zip(b)
+            .fold(0u16, |s, (&x, &y)| s.wrapping_add(x.wrapping_mul(y)))
+    }
+
+    fn random(rng: &mut rand_chacha::ChaCha8Rng, n: usize) -> Vec<u16> {
+        (0..n).map(|_| rng.next_u32() as u16).collect()
+    }
+
+    /// Both ways of making a database row's leaves agree.
+    #[test]
+    fn database_leaves_agree() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for len in [CHUNK_COEFS, sdk_orb::CODE_COEFS] {
+            let y = random(&mut rng, len);
+            let n = leaf_len(len);
+            let mut simd = vec![1u16; LEAVES * n + 5];
+            let mut portable = simd.clone();
+            db_leaves(&y, &mut simd, n);
+            db_leaves_portable(&y, &mut portable, n, 0);
+            assert_eq!(simd, portable, "length {len}");
+        }
+    }
+
+    /// The leaves' dot products, combined, equal the 31 rotations' dot products.
+    #[test]
+    fn leaves_give_every_rotation() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+        for len in [CHUNK_COEFS, sdk_orb::MASK_COEFS, sdk_orb::CODE_COEFS] {
+            let x = random(&mut rng, len);
+            let y = random(&mut rng, len);
+            let mut rotated = vec![0u16; len];
+            let expected: Vec<u16> = rotations()
+                .map(|k| {
+                    rotate_coefs(&x, k, &mut rotated);
+                    dot(&y, &rotated)
+                })
+                .collect();
+
+            let q = query_leaves(&x);
+            let n = leaf_len(len);
+            let mut d = vec![0u16; LEAVES * n];
+            db_leaves(&y, &mut d, n);
+            let mut lagged = vec![0u16; n];
+            let mut results = [[0u16; LEAF_LAGS]; LEAVES];
+            for (s, row) in results.iter_mut().enumerate() {
+                for (i, v) in row.iter_mut().enumerate() {
+                    rotate_leaf(&q[s], leaf_lag(i), &mut lagged);
+                    *v = dot(&d[s * n..(s + 1) * n], &lagged);
+                }
+            }
+            let mut got = [0u16; ROTATION_COUNT];
+            combine(|s, i| core::slice::from_ref(&results[s][i]), 1, &mut got);
+            assert_eq!(got.as_slice(), expected.as_slice(), "length {len}");
+        }
+    }
+}
