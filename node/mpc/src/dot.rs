@@ -71,6 +71,19 @@ pub trait DotEngine: Send + Sync {
         self.prepare_queries(expand_rotations(&queries, len), len)
     }
 
+    /// [`DotEngine::dot`] on queries this engine prepared, against `db` given as rows.
+    ///
+    /// # Panics
+    /// As [`DotEngine::dot`], or if another engine's layout is passed.
+    fn dot_prepared(&self, queries: &PreparedQueries, db: &[u16], len: usize, out: &mut [u16]) {
+        assert_eq!(
+            queries.layout,
+            QueryLayout::Rows,
+            "queries laid out by another engine"
+        );
+        self.dot(&queries.data, db, len, out);
+    }
+
     /// [`DotEngine::dot_db`] on queries this engine prepared.
     ///
     /// # Panics

@@ -288,7 +288,7 @@ pub fn evaluate<C: Circuit>(
         .map(|&(j, mirror)| (requests[j].shares, mirror))
         .collect();
     let first_people: Vec<_> = first_pass.iter().map(|&j| requests[j].shares).collect();
-    let queries = QueryMatrix::new(party, &scan_people, &first_people);
+    let queries = QueryMatrix::new(party, &first_people, &scan_people);
     let mut plain = vec![None; requests.len()];
     for (i, &j) in first_pass.iter().enumerate() {
         plain[j] = Some(i);
@@ -314,18 +314,41 @@ pub fn evaluate<C: Circuit>(
             .chunk_entries
             .min(config.max_pass_comparisons / per_entry)
             .max(1);
-        for start in (0..db.len()).step_by(chunk) {
+        let starts: Vec<usize> = (0..db.len()).step_by(chunk).collect();
+        let (scanning, queries) = (&scanning, &queries);
+        let pass = |start: usize| {
             let rows = start..(start + chunk).min(db.len());
-            let pass = database_pass(engine, db, &scanning, &queries, rows);
-            run_pass(
-                circuit,
-                pass,
-                requests,
-                config,
-                &mut results,
-                &mut any_shared,
-            )?;
-        }
+            database_pass(engine, db, scanning, queries, rows)
+        };
+        let overlap = overlaps_passes(engine);
+        std::thread::scope(|scope| -> Result<(), NetworkError> {
+            let mut next = Some(pass(starts[0]));
+            for i in 0..starts.len() {
+                let current = next.take().expect("each pass is computed before its turn");
+                let following = starts.get(i + 1).copied();
+                // The next pass's dot products run while this pass's rounds wait on the
+                // network.
+                let ahead = following
+                    .filter(|_| overlap)
+                    .map(|start| scope.spawn(move || pass(start)));
+                let ran = run_pass(
+                    circuit,
+                    current,
+                    requests,
+                    config,
+                    &mut results,
+                    &mut any_shared,
+                );
+                let joined = ahead.map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                });
+                ran?;
+                next = joined.or_else(|| following.map(pass));
+            }
+            Ok(())
+        })?;
     }
 
     let rw = words_for(requests.len());
@@ -347,6 +370,18 @@ pub fn evaluate<C: Circuit>(
         }
     }
     Ok(results)
+}
+
+/// Whether a database pass's dot products may run beside the previous pass's comparison
+/// rounds: on the CPU they take the cores the rounds leave idle while they wait on the
+/// network; a GPU engine runs both on its device, one after the other.
+fn overlaps_passes(engine: &dyn DotEngine) -> bool {
+    #[cfg(feature = "gpu")]
+    if engine.as_gpu().is_some() {
+        return false;
+    }
+    let _ = engine;
+    true
 }
 
 /// The first pass: the comparisons that do not scan the database, each request against the
@@ -417,14 +452,14 @@ fn batch_pass(
             let rows = (hi - lo) * ROTATION_COUNT;
             let mut code_dots = vec![0u16; rows * n_candidates];
             let mut mask_dots = vec![0u16; rows * n_candidates];
-            engine.dot(
-                queries.codes(eye, lo..hi),
+            engine.dot_prepared(
+                &queries.prepare_first(engine, eye, Part::Code, lo..hi),
                 &candidate_codes[eye],
                 CODE_COEFS,
                 &mut code_dots,
             );
-            engine.dot(
-                queries.masks(eye, lo..hi),
+            engine.dot_prepared(
+                &queries.prepare_first(engine, eye, Part::Mask, lo..hi),
                 &candidate_masks[eye],
                 MASK_COEFS,
                 &mut mask_dots,
@@ -444,22 +479,10 @@ fn batch_pass(
             let q = rows_of(j)..rows_of(j) + 1;
             let mut code_dots = [0u16; ROTATION_COUNT];
             let mut mask_dots = [0u16; ROTATION_COUNT];
-            engine.dot_db(
-                queries.codes(eye, q.clone()),
-                db,
-                eye,
-                Part::Code,
-                d..d + 1,
-                &mut code_dots,
-            );
-            engine.dot_db(
-                queries.masks(eye, q),
-                db,
-                eye,
-                Part::Mask,
-                d..d + 1,
-                &mut mask_dots,
-            );
+            for (part, dots) in [(Part::Code, &mut code_dots), (Part::Mask, &mut mask_dots)] {
+                let prepared = queries.prepare_first(engine, eye, part, q.clone());
+                engine.dot_db_prepared(&prepared, db, eye, part, d..d + 1, dots);
+            }
             pass.fill(eye, (first + earlier, 1, 1), &code_dots, &mask_dots);
         }
     }

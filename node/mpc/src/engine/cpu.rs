@@ -498,6 +498,21 @@ impl DotEngine for CpuEngine {
         }
     }
 
+    fn dot_prepared(&self, queries: &PreparedQueries, db: &[u16], len: usize, out: &mut [u16]) {
+        match queries.layout {
+            QueryLayout::Panels(p) if p == self.kernel.panel_rows() => {
+                self.dot_panels(&queries.data, queries.rows, db, len, out)
+            }
+            QueryLayout::Correlated(p) if p == self.kernel.panel_rows() => {
+                self.dot_correlated(&queries.data, queries.rows / ROTATION_COUNT, db, len, out)
+            }
+            QueryLayout::Rows => self.dot(&queries.data, db, len, out),
+            QueryLayout::Panels(_) | QueryLayout::Correlated(_) => {
+                panic!("queries laid out for another kernel")
+            }
+        }
+    }
+
     fn dot_db_prepared(
         &self,
         queries: &PreparedQueries,
@@ -507,25 +522,6 @@ impl DotEngine for CpuEngine {
         rows: Range<usize>,
         out: &mut [u16],
     ) {
-        match queries.layout {
-            QueryLayout::Panels(p) if p == self.kernel.panel_rows() => self.dot_panels(
-                &queries.data,
-                queries.rows,
-                db.vectors(eye, part, rows),
-                part.coefs(),
-                out,
-            ),
-            QueryLayout::Correlated(p) if p == self.kernel.panel_rows() => self.dot_correlated(
-                &queries.data,
-                queries.rows / ROTATION_COUNT,
-                db.vectors(eye, part, rows),
-                part.coefs(),
-                out,
-            ),
-            QueryLayout::Rows => self.dot_db(&queries.data, db, eye, part, rows, out),
-            QueryLayout::Panels(_) | QueryLayout::Correlated(_) => {
-                panic!("queries laid out for another kernel")
-            }
-        }
+        self.dot_prepared(queries, db.vectors(eye, part, rows), part.coefs(), out);
     }
 }
