@@ -21,7 +21,7 @@ mod reduce;
 
 use sdk_orb::plaintext::threshold_coefficient;
 use sdk_orb::shamir::PartyShares;
-use sdk_orb::{CODE_COEFS, MASK_COEFS};
+use sdk_orb::{PartyId, CODE_COEFS, MASK_COEFS};
 
 pub use query::QueryMatrix;
 
@@ -273,31 +273,11 @@ pub fn evaluate<C: Circuit>(
             .map(|j| (j, true)),
     );
     let any_mirror = scanning.iter().any(|&(_, mirror)| mirror);
-    // The first pass's queries, with their rotations: the requests with an earlier
-    // enrolment candidate to match or an entry to re-authenticate against.
-    let first_candidate = requests.iter().position(|r| r.candidate);
-    let first_pass: Vec<usize> = (0..requests.len())
-        .filter(|&j| {
-            let r = &requests[j];
-            matches!(r.target, Target::Entry(_))
-                || (r.against_earlier && first_candidate.is_some_and(|k| k < j))
-        })
-        .collect();
-    let scan_people: Vec<_> = scanning
-        .iter()
-        .map(|&(j, mirror)| (requests[j].shares, mirror))
-        .collect();
-    let first_people: Vec<_> = first_pass.iter().map(|&j| requests[j].shares).collect();
-    let queries = QueryMatrix::new(party, &first_people, &scan_people);
-    let mut plain = vec![None; requests.len()];
-    for (i, &j) in first_pass.iter().enumerate() {
-        plain[j] = Some(i);
-    }
     let mut results = vec![MatchResult::default(); requests.len()];
     // [request][..] OR accumulators: the plain pairs (privacy-max), then the mirrored pairs.
     let mut any_shared = circuit.zeros(2 * words_for(requests.len()));
 
-    if let Some(pass) = batch_pass(engine, db, requests, &queries, &plain) {
+    if let Some(pass) = batch_pass(engine, db, requests, party) {
         run_pass(
             circuit,
             pass,
@@ -308,7 +288,11 @@ pub fn evaluate<C: Circuit>(
         )?;
     }
     if !scanning.is_empty() && !db.is_empty() {
-        let queries = queries.prepare_scanning(engine);
+        let people: Vec<_> = scanning
+            .iter()
+            .map(|&(j, mirror)| (requests[j].shares, mirror))
+            .collect();
+        let queries = QueryMatrix::new(party, &people).prepare_all(engine);
         let per_entry = scanning.len() * ROTATION_COUNT * 2;
         let chunk = config
             .chunk_entries
@@ -392,8 +376,7 @@ fn batch_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
-    queries: &QueryMatrix,
-    plain: &[Option<usize>],
+    party: PartyId,
 ) -> Option<PassInputs> {
     let candidates: Vec<usize> = (0..requests.len())
         .filter(|&k| requests[k].candidate)
@@ -439,13 +422,18 @@ fn batch_pass(
         return None;
     }
     let mut pass = PassInputs::new(pairs);
+    // The queries: one row per request with pairs, in block order.
+    let people: Vec<_> = blocks
+        .iter()
+        .map(|&(j, ..)| (requests[j].shares, false))
+        .collect();
+    let queries = QueryMatrix::new(party, &people);
     // Earlier candidates: the queries of every request that has some, in one run of the
     // query matrix, against all candidates in one engine call per eye and part (the engine
     // lays the candidates out once); each request takes its prefix.
-    let with_earlier = || blocks.iter().filter(|b| b.2 > 0);
-    let rows_of = |j: usize| plain[j].expect("prepared for every matching request");
-    let lo = with_earlier().map(|b| rows_of(b.0)).min();
-    let hi = with_earlier().map(|b| rows_of(b.0) + 1).max();
+    let with_earlier = || blocks.iter().enumerate().filter(|(_, b)| b.2 > 0);
+    let lo = with_earlier().map(|(i, _)| i).min();
+    let hi = with_earlier().map(|(i, _)| i + 1).max();
     let n_candidates = candidates.len();
     for eye in 0..2 {
         if let (Some(lo), Some(hi)) = (lo, hi) {
@@ -453,19 +441,19 @@ fn batch_pass(
             let mut code_dots = vec![0u16; rows * n_candidates];
             let mut mask_dots = vec![0u16; rows * n_candidates];
             engine.dot_prepared(
-                &queries.prepare_first(engine, eye, Part::Code, lo..hi),
+                &queries.prepare(engine, eye, Part::Code, lo..hi),
                 &candidate_codes[eye],
                 CODE_COEFS,
                 &mut code_dots,
             );
             engine.dot_prepared(
-                &queries.prepare_first(engine, eye, Part::Mask, lo..hi),
+                &queries.prepare(engine, eye, Part::Mask, lo..hi),
                 &candidate_masks[eye],
                 MASK_COEFS,
                 &mut mask_dots,
             );
-            for &(j, first, earlier, _) in with_earlier() {
-                let at = (rows_of(j) - lo) * ROTATION_COUNT * n_candidates;
+            for (i, &(_, first, earlier, _)) in with_earlier() {
+                let at = (i - lo) * ROTATION_COUNT * n_candidates;
                 pass.fill(
                     eye,
                     (first, earlier, n_candidates),
@@ -474,13 +462,13 @@ fn batch_pass(
                 );
             }
         }
-        for &(j, first, earlier, entry) in &blocks {
+        for (i, &(_, first, earlier, entry)) in blocks.iter().enumerate() {
             let Some(d) = entry else { continue };
-            let q = rows_of(j)..rows_of(j) + 1;
+            let q = i..i + 1;
             let mut code_dots = [0u16; ROTATION_COUNT];
             let mut mask_dots = [0u16; ROTATION_COUNT];
             for (part, dots) in [(Part::Code, &mut code_dots), (Part::Mask, &mut mask_dots)] {
-                let prepared = queries.prepare_first(engine, eye, part, q.clone());
+                let prepared = queries.prepare(engine, eye, part, q.clone());
                 engine.dot_db_prepared(&prepared, db, eye, part, d..d + 1, dots);
             }
             pass.fill(eye, (first + earlier, 1, 1), &code_dots, &mask_dots);

@@ -234,11 +234,17 @@ fn tiled_slab<const P: usize, const D: usize>(
             (d0, buf)
         })
         .collect();
+    place_blocks(blocks, nq, out);
+}
+
+/// Writes block results into `out` (`rows` query rows of all database rows): each block is
+/// `(first database row, its rows x width results, query row by query row)`.
+fn place_blocks(blocks: Vec<(usize, Vec<u16>)>, rows: usize, out: &mut [u16]) {
+    let nd = out.len() / rows.max(1);
     for (d0, buf) in blocks {
-        let width = buf.len() / nq.max(1);
-        for qi in 0..nq {
-            out[qi * nd + d0..qi * nd + d0 + width]
-                .copy_from_slice(&buf[qi * width..(qi + 1) * width]);
+        let width = buf.len() / rows.max(1);
+        for (qi, results) in buf.chunks_exact(width.max(1)).enumerate() {
+            out[qi * nd + d0..qi * nd + d0 + width].copy_from_slice(results);
         }
     }
 }
@@ -323,25 +329,29 @@ impl CpuEngine {
         self.install(|| self.kernel.run(self.chunk, panels, nq, db, len, out));
     }
 
-    /// Whether `bases` queries' correlation leaves take fewer multiply-adds than their
-    /// rotations, each counted in whole panels of this kernel.
-    fn correlation_pays(&self, bases: usize, len: usize) -> bool {
+    /// Multiply-adds for the rotations of `bases` queries of length `len` against one
+    /// database row, each layout counted in whole panels of this kernel: the rotations as
+    /// rows, and the correlation leaves where the length splits into them.
+    fn rotation_costs(&self, bases: usize, len: usize) -> (usize, Option<usize>) {
         let p = self.kernel.panel_rows();
+        let rows = (bases * ROTATION_COUNT).div_ceil(p) * p * len;
         let fits = len.is_multiple_of(CHUNK_COEFS) && leaf_len(len).is_multiple_of(64);
         let leaves = LEAVES * (bases * LEAF_LAGS).div_ceil(p) * p * leaf_len(len);
-        fits && leaves < (bases * ROTATION_COUNT).div_ceil(p) * p * len
+        (rows, fits.then_some(leaves))
     }
 
-    /// Multiply-adds the kernel runs for the rotation groups of `bases` queries of length
-    /// `len` against one database row ([`DotEngine::prepare_rotations`]), panel padding
-    /// included.
+    /// Whether `bases` queries' correlation leaves take fewer multiply-adds than their
+    /// rotations.
+    fn correlation_pays(&self, bases: usize, len: usize) -> bool {
+        let (rows, leaves) = self.rotation_costs(bases, len);
+        leaves.is_some_and(|leaves| leaves < rows)
+    }
+
+    /// Multiply-adds the kernel runs for the rotations of `bases` queries of length `len`
+    /// against one database row ([`DotEngine::prepare_rotations`]), panel padding included.
     pub fn rotation_macs(&self, bases: usize, len: usize) -> usize {
-        let p = self.kernel.panel_rows();
-        if self.correlation_pays(bases, len) {
-            LEAVES * (bases * LEAF_LAGS).div_ceil(p) * p * leaf_len(len)
-        } else {
-            (bases * ROTATION_COUNT).div_ceil(p) * p * len
-        }
+        let (rows, leaves) = self.rotation_costs(bases, len);
+        leaves.map_or(rows, |leaves| leaves.min(rows))
     }
 
     /// [`DotEngine::dot_db_prepared`] for [`QueryLayout::Correlated`] queries (`bases` of
@@ -398,13 +408,7 @@ impl CpuEngine {
                 })
                 .collect()
         });
-        let rows = bases * ROTATION_COUNT;
-        for (d0, buf) in blocks {
-            let width = buf.len() / rows;
-            for (qi, results) in buf.chunks_exact(width).enumerate() {
-                out[qi * nd + d0..qi * nd + d0 + width].copy_from_slice(results);
-            }
-        }
+        place_blocks(blocks, bases * ROTATION_COUNT, out);
     }
 }
 

@@ -12,15 +12,12 @@ use crate::db::Part;
 use crate::dot::{DotEngine, PreparedQueries};
 use crate::scratch::ScratchVec;
 
-/// One eye's queries: a matrix of codes and one of trimmed masks, a row per query.
-type Eyes = [[ScratchVec; 2]; 2];
-
-/// Prepared queries: per eye and part, the first pass's queries (intra-batch and
-/// single-entry pairs) and the database-scanning ones, a row each, in order. Zeroized on
-/// drop.
+/// One party's queries for a pass kind (the first pass's, or the database-scanning ones),
+/// both eyes preprocessed (Lagrange coefficient, basis B), one unrotated row per query per
+/// eye and part, in order. Zeroized on drop.
 pub struct QueryMatrix {
-    first_pass: Eyes,
-    scanning: Eyes,
+    /// `[eye][code, mask]`: a matrix of each, a row per query.
+    eyes: [[ScratchVec; 2]; 2],
 }
 
 impl core::fmt::Debug for QueryMatrix {
@@ -35,54 +32,40 @@ fn preprocess_into(party: PartyId, share: &[u16], out: &mut [u16]) {
     preprocess_coefs(party, out);
 }
 
-/// `[eye][code, mask]` rows of `people`, preprocessed for `party`, in parallel; a person
-/// flagged `true` queried mirrored ([`sdk_orb::mirror::mirror_person`]: a permutation and
-/// negation of whole ring elements, so it is done on the raw shares before preprocessing,
-/// with no communication).
-fn preprocess_all(party: PartyId, people: &[(&PartyShares, bool)]) -> Eyes {
-    let matrix = |coefs| ScratchVec::zeroed(people.len() * coefs);
-    let mut eyes = [
-        [matrix(CODE_COEFS), matrix(MASK_COEFS)],
-        [matrix(CODE_COEFS), matrix(MASK_COEFS)],
-    ];
-    let [[c0, m0], [c1, m1]] = &mut eyes;
-    c0.par_chunks_mut(CODE_COEFS)
-        .zip(c1.par_chunks_mut(CODE_COEFS))
-        .zip(m0.par_chunks_mut(MASK_COEFS))
-        .zip(m1.par_chunks_mut(MASK_COEFS))
-        .zip(people.par_iter())
-        .for_each(|((((c0, c1), m0), m1), &(shares, mirror))| {
-            let mut mirrored = mirror.then(|| sdk_orb::mirror::mirror_person(shares));
-            let person = mirrored.as_ref().unwrap_or(shares);
-            preprocess_into(party, person.left.code.coefs(), c0);
-            preprocess_into(party, person.right.code.coefs(), c1);
-            preprocess_into(party, person.left.mask.coefs(), m0);
-            preprocess_into(party, person.right.mask.coefs(), m1);
-            if let Some(m) = mirrored.as_mut() {
-                m.zeroize();
-            }
-        });
-    eyes
-}
-
 impl QueryMatrix {
-    /// `party`'s queries: `first_pass` for the first pass, `scanning` for the database
-    /// passes (a person flagged `true` queried mirrored), each in order.
-    pub fn new(
-        party: PartyId,
-        first_pass: &[&PartyShares],
-        scanning: &[(&PartyShares, bool)],
-    ) -> QueryMatrix {
-        let first: Vec<_> = first_pass.iter().map(|&p| (p, false)).collect();
-        QueryMatrix {
-            first_pass: preprocess_all(party, &first),
-            scanning: preprocess_all(party, scanning),
-        }
+    /// `party`'s queries of `people`, in order, in parallel; a person flagged `true` is
+    /// queried mirrored ([`sdk_orb::mirror::mirror_person`]: a permutation and negation of
+    /// whole ring elements, so it is done on the raw shares before preprocessing, with no
+    /// communication).
+    pub fn new(party: PartyId, people: &[(&PartyShares, bool)]) -> QueryMatrix {
+        let matrix = |coefs| ScratchVec::zeroed(people.len() * coefs);
+        let mut eyes = [
+            [matrix(CODE_COEFS), matrix(MASK_COEFS)],
+            [matrix(CODE_COEFS), matrix(MASK_COEFS)],
+        ];
+        let [[c0, m0], [c1, m1]] = &mut eyes;
+        c0.par_chunks_mut(CODE_COEFS)
+            .zip(c1.par_chunks_mut(CODE_COEFS))
+            .zip(m0.par_chunks_mut(MASK_COEFS))
+            .zip(m1.par_chunks_mut(MASK_COEFS))
+            .zip(people.par_iter())
+            .for_each(|((((c0, c1), m0), m1), &(shares, mirror))| {
+                let mut mirrored = mirror.then(|| sdk_orb::mirror::mirror_person(shares));
+                let person = mirrored.as_ref().unwrap_or(shares);
+                preprocess_into(party, person.left.code.coefs(), c0);
+                preprocess_into(party, person.right.code.coefs(), c1);
+                preprocess_into(party, person.left.mask.coefs(), m0);
+                preprocess_into(party, person.right.mask.coefs(), m1);
+                if let Some(m) = mirrored.as_mut() {
+                    m.zeroize();
+                }
+            });
+        QueryMatrix { eyes }
     }
 
-    /// The first-pass queries `queries` of one eye's `part`, their rotations prepared by
-    /// `engine`: rotation `k` of the `i`-th at row `31 i + k + 15`.
-    pub fn prepare_first(
+    /// The queries `queries` of one eye's `part`, their rotations prepared by `engine`:
+    /// rotation `k` of the `i`-th at row `31 i + k + 15`.
+    pub fn prepare(
         &self,
         engine: &dyn DotEngine,
         eye: usize,
@@ -91,8 +74,8 @@ impl QueryMatrix {
     ) -> PreparedQueries {
         let len = part.coefs();
         let matrix = match part {
-            Part::Code => &self.first_pass[eye][0],
-            Part::Mask => &self.first_pass[eye][1],
+            Part::Code => &self.eyes[eye][0],
+            Part::Mask => &self.eyes[eye][1],
         };
         let rows = &matrix[queries.start * len..queries.end * len];
         let mut copy = ScratchVec::zeroed(rows.len());
@@ -100,11 +83,11 @@ impl QueryMatrix {
         engine.prepare_rotations(copy, len)
     }
 
-    /// The database-scanning queries, their rotations prepared by `engine` for the database
-    /// passes, per eye `[codes, masks]`. Each matrix is handed over as it is laid out, so at
-    /// most one exists twice at a time.
-    pub fn prepare_scanning(self, engine: &dyn DotEngine) -> [[PreparedQueries; 2]; 2] {
-        self.scanning.map(|[code, mask]| {
+    /// Every query, its rotations prepared by `engine` (for the database passes), per eye
+    /// `[codes, masks]`. Each matrix is handed over as it is laid out, so at most one exists
+    /// twice at a time.
+    pub fn prepare_all(self, engine: &dyn DotEngine) -> [[PreparedQueries; 2]; 2] {
+        self.eyes.map(|[code, mask]| {
             [
                 engine.prepare_rotations(code, CODE_COEFS),
                 engine.prepare_rotations(mask, MASK_COEFS),
