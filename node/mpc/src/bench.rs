@@ -81,6 +81,10 @@ pub struct BenchReport {
     pub mac_peak: Option<f64>,
     /// Fraction of `mac_peak` the dot-product phase reaches.
     pub mac_peak_fraction: Option<f64>,
+    /// u16 multiply-adds per second one core sustains with each product added into an
+    /// accumulator ([`crate::engine::peak::accumulate_peak`]): below `mac_peak` with AVX2,
+    /// which needs a second instruction for it, equal to it otherwise.
+    pub mac_accumulate_peak: Option<f64>,
     /// The core clock estimated around the peak probe, cycles per second.
     pub clock_hz: f64,
     /// How many times faster the plaintext matcher is than the secure pipeline.
@@ -152,6 +156,16 @@ impl std::fmt::Display for BenchReport {
                 self.clock_hz / 1e9
             )?,
         }
+        if let (Some(peak), Some(accumulate)) = (self.mac_peak, self.mac_accumulate_peak) {
+            if accumulate < peak * 0.99 {
+                writeln!(
+                    f,
+                    "  with accumulation   {:>9.1} G/s ({:.0} % of the peak: the most any dot-product loop of this kernel reaches)",
+                    accumulate / 1e9,
+                    accumulate / peak * 100.0
+                )?;
+            }
+        }
         writeln!(
             f,
             "  plaintext / secure  {:>9.1} x",
@@ -216,6 +230,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
 
     progress("multiply-add peak");
     let peak = mac_peak(kernel);
+    let accumulate = crate::engine::peak::accumulate_peak(kernel);
     let clock = peak.map_or_else(crate::engine::peak::clock_hz, |p| p.clock_hz);
 
     progress("dot-product phase");
@@ -367,6 +382,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         resident_bytes_per_enrolled: resident,
         mac_peak: peak.map(|p| p.macs_per_second),
         mac_peak_fraction: mac_fraction,
+        mac_accumulate_peak: accumulate.map(|p| p.macs_per_second),
         clock_hz: clock,
         plaintext_over_pipeline: plain_rate / pipeline_rate,
         bytes_per_comparison: bytes,

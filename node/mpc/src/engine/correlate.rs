@@ -100,8 +100,11 @@ pub fn leaf_lag(i: usize) -> i32 {
 /// Writes the nine leaves of database row `y` (a whole number of chunks): leaf `s` to
 /// `out[s * stride..][..leaf_len]`. Two levels over elements four apart: with `z_r[m] =
 /// y[4m + r]`, the leaves are `z0+z1+z2+z3, z2+z3, z0+z1, z1+z3, z3, z1, z0+z2, z2, z0`.
+///
+/// Each group of four elements gives the leaves' element at its place and nothing else, so
+/// `y` may also be a run of whole groups from inside a row (the leaves of that run).
 pub fn db_leaves(y: &[u16], out: &mut [u16], stride: usize) {
-    assert_eq!(y.len() % CHUNK_COEFS, 0);
+    assert_eq!(y.len() % (4 * ELEMENT), 0, "whole groups of four elements");
     let len = leaf_len(y.len());
     assert!(stride >= len && out.len() >= (LEAVES - 1) * stride + len);
     // Groups of four elements are independent: SIMD takes them four at a time.

@@ -19,8 +19,8 @@ use crate::db::{MatchDb, Part};
 use crate::dot::{expand_rotations, DotEngine, PreparedQueries, QueryLayout};
 use crate::engine::correlate::{self, leaf_len, LEAF_LAGS, LEAVES};
 use crate::engine::kernels::{
-    tile_avx2, tile_avx512_vnni, tile_scalar, Acc, Avx2, Avx512Vnni, AVX2_D, AVX2_P, SCALAR_D,
-    SCALAR_P, VNNI_D, VNNI_P,
+    prefetch, tile_avx2, tile_avx512_vnni, tile_scalar, Acc, Avx2, Avx512Vnni, AVX2_D, AVX2_P,
+    SCALAR_D, SCALAR_P, VNNI_D, VNNI_P,
 };
 use crate::error::EngineError;
 use crate::scratch::ScratchVec;
@@ -36,9 +36,21 @@ pub const CHUNK: usize = 2048;
 pub const QUERY_SLAB_ROWS: usize = 124;
 /// Database rows per block task (rounded down to whole tiles).
 pub const BLOCK_ROWS: usize = 192;
-/// Database rows whose correlation leaves ([`correlate`]) are made and matched together: one
-/// leaf of the block's codes (307 KB) stays in L2 while the query panels stream over it.
-pub const CORRELATION_ROWS: usize = 48;
+/// Database rows whose correlation leaves ([`correlate`]) are made together, for one chunk of
+/// the leaf length: 110 KB of leaves at the engine's chunk, beside the chunk's query panels
+/// (295 KB for four queries) and the task's accumulators in L2. Measured at 12, 24 and 48:
+/// 12 was fastest with both SIMD kernels.
+pub const CORRELATION_ROWS: usize = 12;
+/// Leaf rows (query, lag) a work item of the correlated loop nest takes at most (16 queries),
+/// so that the leaves of a database row are made once per 16 queries. Measured at 32 to 256
+/// against a demo pass (128 rows, 200 queries): 128 was fastest with both SIMD kernels.
+pub const SLAB_LEAF_ROWS: usize = 128;
+/// The leaf rows that [`BLOCK_ROWS`] is sized for in the correlated loop nest (four queries):
+/// a slab of more takes a proportionally smaller task, so its accumulators take the same
+/// room in L2.
+const BUDGET_LEAF_ROWS: usize = 32;
+/// Coefficients per 64-byte cache line.
+const CACHE_LINE_COEFS: usize = 32;
 
 /// Which micro-kernel the engine runs. The SIMD variants carry the token that run-time
 /// detection issues, so a `Kernel` always names instructions this CPU has.
@@ -190,7 +202,7 @@ fn tiled_slab<const P: usize, const D: usize>(
     let nd = db.len() / len;
     let n_panels = panels.len() / (P * len);
     let block = (BLOCK_ROWS / D).max(1) * D;
-    let blocks: Vec<(usize, Vec<u16>)> = (0..nd.div_ceil(block))
+    let blocks: Vec<Block> = (0..nd.div_ceil(block))
         .into_par_iter()
         .map(|b| {
             let d0 = b * block;
@@ -231,22 +243,195 @@ fn tiled_slab<const P: usize, const D: usize>(
                     }
                 }
             }
-            (d0, buf)
+            Block {
+                first_row: 0,
+                first_column: d0,
+                width,
+                results: buf,
+            }
         })
         .collect();
-    place_blocks(blocks, nq, out);
+    place_blocks(blocks, nd, out);
 }
 
-/// Writes block results into `out` (`rows` query rows of all database rows): each block is
-/// `(first database row, its rows x width results, query row by query row)`.
-fn place_blocks(blocks: Vec<(usize, Vec<u16>)>, rows: usize, out: &mut [u16]) {
-    let nd = out.len() / rows.max(1);
-    for (d0, buf) in blocks {
-        let width = buf.len() / rows.max(1);
-        for (qi, results) in buf.chunks_exact(width.max(1)).enumerate() {
-            out[qi * nd + d0..qi * nd + d0 + width].copy_from_slice(results);
+/// Results for a block of query rows against a block of database rows.
+struct Block {
+    /// The block's first query row.
+    first_row: usize,
+    /// The block's first database row.
+    first_column: usize,
+    /// Database rows in the block.
+    width: usize,
+    /// Its rows x width results, query row by query row.
+    results: Vec<u16>,
+}
+
+/// Writes blocks of results into `out`, `nd` database rows per query row.
+fn place_blocks(blocks: Vec<Block>, nd: usize, out: &mut [u16]) {
+    for block in blocks {
+        let (d0, width) = (block.first_column, block.width);
+        for (i, results) in block.results.chunks_exact(width.max(1)).enumerate() {
+            let at = (block.first_row + i) * nd + d0;
+            out[at..at + width].copy_from_slice(results);
         }
     }
+}
+
+/// The loop nest of the correlated layout around a `P` x `D` tile: `panels` holds the nine
+/// leaves' query panels (`bases` queries' eight lags each, [`interleave`]d), `db` the rows;
+/// `chunk` is the engine's chunk.
+///
+/// Work items, run in parallel, are a slab of query panels (at most [`SLAB_LEAF_ROWS`] leaf
+/// rows) against a task of database rows. An item walks the leaf length in chunks: the
+/// slab's nine query panels for a chunk stay in L2 while the task's rows pass
+/// [`CORRELATION_ROWS`] at a time, each group's leaves made for that chunk alone (so they
+/// stay in L2 too) and multiplied at once. The accumulators of the item's leaf products live
+/// across the chunks; at the end the 31 rotations are combined from them. The task shrinks as
+/// the slab grows, so the accumulators keep to what four queries take.
+fn correlated<const P: usize, const D: usize>(
+    chunk: usize,
+    tile: impl Fn(&[u16], &[u16], usize, &mut Acc<P, D>) + Sync,
+    (panels, bases): (&[u16], usize),
+    db: &[u16],
+    len: usize,
+    out: &mut [u16],
+) {
+    let n = leaf_len(len);
+    let nd = db.len() / len;
+    let leaf_rows = bases * LEAF_LAGS;
+    let n_panels = leaf_rows.div_ceil(P);
+    let stride = n_panels * P * n;
+    assert_eq!(panels.len(), LEAVES * stride);
+    let slab_panels = (SLAB_LEAF_ROWS / P).clamp(1, n_panels);
+    let slab_rows = slab_panels * P;
+    // Whole bases per slab: panels hold a multiple of eight leaf rows.
+    const _: () = assert!(VNNI_P.is_multiple_of(LEAF_LAGS) && AVX2_P.is_multiple_of(LEAF_LAGS));
+    const _: () = assert!(SCALAR_P.is_multiple_of(LEAF_LAGS));
+    // A leaf chunk comes from a run four times as long of each row: the engine's chunk, in
+    // whole steps of the AVX2 leaf transform.
+    let leaf_chunk = (chunk / 4 / 16 * 16).clamp(16, n);
+    let task = (BUDGET_LEAF_ROWS * BLOCK_ROWS / slab_rows / D * D).max(D);
+    let group = (CORRELATION_ROWS / D).clamp(1, task / D) * D;
+    let items: Vec<(usize, usize)> = (0..n_panels.div_ceil(slab_panels))
+        .flat_map(|j| (0..nd.div_ceil(task)).map(move |b| (j, b)))
+        .collect();
+    let blocks: Vec<Block> = items
+        .into_par_iter()
+        // Buffers reused across a thread's items: fresh ones each time cost page faults.
+        .map_init(
+            || {
+                (
+                    Vec::new(),
+                    ScratchVec::zeroed(LEAVES * leaf_spacing(group * leaf_chunk)),
+                )
+            },
+            |(acc, leaves), (j, b)| {
+                let slab = j * slab_panels..((j + 1) * slab_panels).min(n_panels);
+                let sp = slab.len();
+                // Leaf s's query panels of this slab.
+                let slab_panels =
+                    |s: usize| &panels[s * stride + slab.start * P * n..][..sp * P * n];
+                let rows = &db[b * task * len..((b + 1) * task).min(nd) * len];
+                let width = rows.len() / len;
+                let tiles = width.div_ceil(D);
+                // Accumulators by tile, then leaf, then query panel.
+                acc.clear();
+                acc.resize(tiles * LEAVES * sp, [[0i32; P]; D]);
+                let steps: Vec<(usize, usize)> = (0..n)
+                    .step_by(leaf_chunk)
+                    .flat_map(|k0| (0..width).step_by(group).map(move |g0| (k0, g0)))
+                    .collect();
+                // The rows' run that a step makes leaves of: a group's rows, one leaf chunk.
+                let runs = |(k0, g0): (usize, usize)| {
+                    let kl = leaf_chunk.min(n - k0);
+                    let here = group.min(width - g0);
+                    rows[g0 * len..(g0 + here) * len]
+                        .chunks_exact(len)
+                        .map(move |y| &y[4 * k0..4 * (k0 + kl)])
+                };
+                for (i, &(k0, g0)) in steps.iter().enumerate() {
+                    let kl = leaf_chunk.min(n - k0);
+                    let here = group.min(width - g0);
+                    let leaf_size = here.div_ceil(D) * D * kl;
+                    let leaf_stride = leaf_spacing(leaf_size);
+                    if !here.is_multiple_of(D) {
+                        // The last tile's missing rows read as zeros.
+                        leaves.fill(0);
+                    }
+                    for (d, run) in runs((k0, g0)).enumerate() {
+                        correlate::db_leaves(run, &mut leaves[d * kl..], leaf_stride);
+                    }
+                    // The next step's rows are fetched while this one multiplies, a share after
+                    // each tile: its leaves would otherwise wait on memory.
+                    let mut upcoming = steps
+                        .get(i + 1)
+                        .into_iter()
+                        .flat_map(|&next| runs(next))
+                        .flat_map(|run| run.chunks(CACHE_LINE_COEFS));
+                    let calls = LEAVES * here.div_ceil(D) * sp;
+                    let share = (group * 4 * leaf_chunk).div_ceil(CACHE_LINE_COEFS * calls);
+                    for (s, leaf) in leaves.chunks_exact(leaf_stride).take(LEAVES).enumerate() {
+                        let queries = slab_panels(s);
+                        for (t, ds) in leaf[..leaf_size].chunks_exact(D * kl).enumerate() {
+                            let at = ((g0 / D + t) * LEAVES + s) * sp;
+                            for (panel, a) in queries.chunks_exact(P * n).zip(&mut acc[at..at + sp])
+                            {
+                                tile(&panel[P * k0..P * (k0 + kl)], ds, kl, a);
+                                upcoming.by_ref().take(share).for_each(prefetch);
+                            }
+                        }
+                    }
+                }
+                let slab_leaf_rows = (sp * P).min(leaf_rows - slab.start * P);
+                let buf = rotations_from_leaves(acc, sp, slab_leaf_rows, width);
+                Block {
+                    first_row: slab.start * P / LEAF_LAGS * ROTATION_COUNT,
+                    first_column: b * task,
+                    width,
+                    results: buf,
+                }
+            },
+        )
+        .collect();
+    place_blocks(blocks, nd, out);
+}
+
+/// Distance between two leaves of `size` in the correlated loop nest's buffer: a cache line
+/// more than the leaf, since leaves a power of two apart would put the nine rows of stores
+/// into one set of the 8-way L1, where they evict each other.
+fn leaf_spacing(size: usize) -> usize {
+    size + CACHE_LINE_COEFS
+}
+
+/// The 31 rotations' results (base by base, `width` database rows each) from a work item's
+/// accumulators of the correlated loop nest (by tile, leaf and panel: `panels` panels holding
+/// `leaf_rows` rows of eight lags per base).
+fn rotations_from_leaves<const P: usize, const D: usize>(
+    acc: &[Acc<P, D>],
+    panels: usize,
+    leaf_rows: usize,
+    width: usize,
+) -> Vec<u16> {
+    // Leaf s's results at leaf row r for the item's rows, mod 2^16.
+    let part = leaf_rows * width;
+    let mut results = vec![0u16; LEAVES * part];
+    for (i, a) in acc.iter().enumerate() {
+        let (t, s, p) = (i / (LEAVES * panels), i / panels % LEAVES, i % panels);
+        for (j, row) in a.iter().enumerate().take(width - t * D) {
+            for (r, &v) in row.iter().enumerate().take(leaf_rows - p * P) {
+                results[s * part + (p * P + r) * width + t * D + j] = v as u16;
+            }
+        }
+    }
+    let mut buf = vec![0u16; leaf_rows / LEAF_LAGS * ROTATION_COUNT * width];
+    for (base, out) in buf.chunks_exact_mut(ROTATION_COUNT * width).enumerate() {
+        let leaf = |s: usize, i: usize| {
+            let at = s * part + (base * LEAF_LAGS + i) * width;
+            &results[at..at + width]
+        };
+        correlate::combine(leaf, width, out);
+    }
+    buf
 }
 
 /// The CPU dot-product engine.
@@ -355,8 +540,7 @@ impl CpuEngine {
     }
 
     /// [`DotEngine::dot_db_prepared`] for [`QueryLayout::Correlated`] queries (`bases` of
-    /// them, `panels` their leaves): the database rows' leaves are made block by block, each
-    /// block's nine leaf products combined into the 31 rotations.
+    /// them, `panels` their leaves), on the engine's pool.
     fn dot_correlated(
         &self,
         panels: &[u16],
@@ -365,50 +549,33 @@ impl CpuEngine {
         len: usize,
         out: &mut [u16],
     ) {
-        let n = leaf_len(len);
-        let nd = db.len() / len;
-        let p = self.kernel.panel_rows();
-        let leaf_rows = bases * LEAF_LAGS;
-        let stride = leaf_rows.div_ceil(p) * p * n;
-        assert_eq!(panels.len(), LEAVES * stride);
         assert_eq!(db.len() % len, 0);
-        assert_eq!(out.len(), bases * ROTATION_COUNT * nd);
+        assert_eq!(out.len(), bases * ROTATION_COUNT * (db.len() / len));
         if out.is_empty() {
             return;
         }
-        let blocks: Vec<(usize, Vec<u16>)> = self.install(|| {
-            db.par_chunks(CORRELATION_ROWS * len)
-                .enumerate()
-                .map(|(b, rows)| {
-                    let width = rows.len() / len;
-                    let mut leaves = ScratchVec::zeroed(LEAVES * width * n);
-                    for (d, y) in rows.chunks_exact(len).enumerate() {
-                        correlate::db_leaves(y, &mut leaves[d * n..], width * n);
-                    }
-                    let part = leaf_rows * width;
-                    let mut results = vec![0u16; LEAVES * part];
-                    for (s, (leaf, result)) in leaves
-                        .chunks_exact(width * n)
-                        .zip(results.chunks_exact_mut(part))
-                        .enumerate()
-                    {
-                        let queries = &panels[s * stride..(s + 1) * stride];
-                        self.kernel
-                            .run(self.chunk, queries, leaf_rows, leaf, n, result);
-                    }
-                    let mut buf = vec![0u16; bases * ROTATION_COUNT * width];
-                    for (base, out) in buf.chunks_exact_mut(ROTATION_COUNT * width).enumerate() {
-                        let leaf = |s: usize, i: usize| {
-                            let at = s * part + (base * LEAF_LAGS + i) * width;
-                            &results[at..at + width]
-                        };
-                        correlate::combine(leaf, width, out);
-                    }
-                    (b * CORRELATION_ROWS, buf)
-                })
-                .collect()
+        let queries = (panels, bases);
+        self.install(|| match self.kernel {
+            Kernel::Avx512Vnni(cpu) => correlated::<VNNI_P, VNNI_D>(
+                self.chunk,
+                |q, d, stride, acc| tile_avx512_vnni(cpu, q, d, stride, acc),
+                queries,
+                db,
+                len,
+                out,
+            ),
+            Kernel::Avx2(cpu) => correlated::<AVX2_P, AVX2_D>(
+                self.chunk,
+                |q, d, stride, acc| tile_avx2(cpu, q, d, stride, acc),
+                queries,
+                db,
+                len,
+                out,
+            ),
+            Kernel::Scalar => {
+                correlated::<SCALAR_P, SCALAR_D>(self.chunk, tile_scalar, queries, db, len, out)
+            }
         });
-        place_blocks(blocks, bases * ROTATION_COUNT, out);
     }
 }
 

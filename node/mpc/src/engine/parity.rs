@@ -11,7 +11,8 @@ use sdk_orb::plaintext::DEFAULT_THRESHOLD;
 
 use crate::db::{MatchDb, Part};
 use crate::dot::{expand_rotations, DotEngine};
-use crate::engine::cpu::{BLOCK_ROWS, CHUNK, QUERY_SLAB_ROWS};
+use crate::engine::correlate::LEAF_LAGS;
+use crate::engine::cpu::{BLOCK_ROWS, CHUNK, QUERY_SLAB_ROWS, SLAB_LEAF_ROWS};
 use crate::scratch::ScratchVec;
 use sdk_orb::rotation::ROTATION_COUNT;
 
@@ -77,14 +78,23 @@ pub fn check_engine(engine: &dyn DotEngine) {
 /// Queries' rotations ([`DotEngine::prepare_rotations`]) against database rows, equal to the
 /// rotations written out through [`DotEngine::dot`]: query counts
 /// on either side of where the CPU engine changes layout, row ranges that are not whole
-/// blocks.
+/// blocks, one of more than a block, and more queries than the CPU engine's correlation
+/// takes in one slab.
 fn check_rotations(engine: &dyn DotEngine, rng: &mut ChaCha20Rng) {
     let mut db = MatchDb::new();
-    for serial in 1..=53 {
+    for serial in 1..=BLOCK_ROWS as u64 + 7 {
         db.push(serial, &crate::synthetic::random_shares(rng));
     }
-    for (bases, eye, rows) in [(1, 0, 0..53), (3, 1, 7..50), (5, 0, 2..53)] {
-        for part in [Part::Code, Part::Mask] {
+    let both = [Part::Code, Part::Mask].as_slice();
+    let mask = [Part::Mask].as_slice();
+    for (bases, eye, rows, parts) in [
+        (1, 0, 0..53, both),
+        (3, 1, 7..50, both),
+        (5, 0, 2..53, both),
+        (3, 1, 0..BLOCK_ROWS + 7, mask),
+        (SLAB_LEAF_ROWS / LEAF_LAGS + 1, 0, 3..40, mask),
+    ] {
+        for &part in parts {
             let len = part.coefs();
             let raw = random_u16(rng, bases * len);
             let expected_rows = expand_rotations(&raw, len);
