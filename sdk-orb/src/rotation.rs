@@ -31,15 +31,23 @@ pub fn rotate_bits(bits: &IrisBits, k: i32) -> IrisBits {
 /// # Panics
 /// If the lengths differ or are not a multiple of 800.
 pub fn rotate_coefs<T: Copy>(src: &[T], k: i32, dst: &mut [T]) {
+    rotate_elements(src, COLUMNS, k, dst);
+}
+
+/// `src` in cycles of `elements` ring elements (four coefficients each), each cycle rotated
+/// by `k` elements (any `k`; taken mod `elements`): `dst[e] = src[e - k]` within a cycle.
+/// [`rotate_coefs`] is the cycle of a chunk; the node's correlation of rotations rotates
+/// shorter cycles.
+///
+/// # Panics
+/// If the lengths differ or are not a whole number of cycles.
+pub fn rotate_elements<T: Copy>(src: &[T], elements: usize, k: i32, dst: &mut [T]) {
+    let width = elements * 4;
     assert_eq!(src.len(), dst.len());
-    assert_eq!(src.len() % CHUNK_COEFS, 0);
-    let shift = (k.rem_euclid(COLUMNS as i32) as usize) * 4;
-    for (s, d) in src
-        .chunks_exact(CHUNK_COEFS)
-        .zip(dst.chunks_exact_mut(CHUNK_COEFS))
-    {
-        // dst[p] = src[p - shift]
-        d[shift..].copy_from_slice(&s[..CHUNK_COEFS - shift]);
-        d[..shift].copy_from_slice(&s[CHUNK_COEFS - shift..]);
+    assert!(width > 0 && src.len() % width == 0, "whole cycles");
+    let shift = (k.rem_euclid(elements as i32) as usize) * 4;
+    for (s, d) in src.chunks_exact(width).zip(dst.chunks_exact_mut(width)) {
+        d[shift..].copy_from_slice(&s[..width - shift]);
+        d[..shift].copy_from_slice(&s[width - shift..]);
     }
 }

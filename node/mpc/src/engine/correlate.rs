@@ -23,7 +23,7 @@
 //! database row's leaves are sums of its elements four apart, made block by block as the
 //! rows are scanned, so nothing more is kept resident.
 
-use sdk_orb::rotation::{CHUNK_COEFS, MAX_ROTATION, ROTATION_COUNT};
+use sdk_orb::rotation::{rotate_elements, CHUNK_COEFS, MAX_ROTATION, ROTATION_COUNT};
 
 use crate::engine::kernels::{leaves_avx2, Avx2};
 
@@ -83,13 +83,7 @@ pub fn query_leaves(x: &[u16]) -> [Vec<u16>; LEAVES] {
 /// `leaf` rotated by `lag` elements along each of its chunks (`ELEMENTS / 4` elements):
 /// `dst[e] = src[e - lag]`, as the rotations of the whole vector are.
 pub fn rotate_leaf(src: &[u16], lag: i32, dst: &mut [u16]) {
-    let n = ELEMENTS / 4;
-    let width = n * ELEMENT;
-    let shift = lag.rem_euclid(n as i32) as usize * ELEMENT;
-    for (s, d) in src.chunks_exact(width).zip(dst.chunks_exact_mut(width)) {
-        d[shift..].copy_from_slice(&s[..width - shift]);
-        d[..shift].copy_from_slice(&s[width - shift..]);
-    }
+    rotate_elements(src, ELEMENTS / 4, lag, dst);
 }
 
 /// The lag of leaf row `i` (`0..LEAF_LAGS`).
