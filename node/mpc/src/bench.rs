@@ -230,7 +230,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
 
     progress("multiply-add peak");
     let peak = mac_peak(kernel);
-    let accumulate = crate::engine::peak::accumulate_peak(kernel);
+    let accumulate = crate::engine::peak::accumulate_peak(kernel, peak);
     let clock = peak.map_or_else(crate::engine::peak::clock_hz, |p| p.clock_hz);
 
     progress("dot-product phase");
