@@ -27,6 +27,22 @@ const MAX_KEPT_BYTES: usize = 2 << 30;
 /// new buffer rather than one that a later large request would miss.
 const MAX_SLACK: (usize, usize) = (5, 4);
 
+/// Where a buffer's values start: a cache line, so that no 64-byte SIMD load (an AVX-512
+/// register of a query panel) straddles two lines and no 32-byte load or store does. The
+/// allocator gives large buffers 16 bytes past a page.
+const ALIGN_BYTES: usize = 64;
+
+/// Values a buffer holds beyond its length, room to start at a cache line.
+pub(crate) const ALIGN_SLACK: usize = ALIGN_BYTES / 2 - 1;
+
+/// The index of the first value of `buf`'s allocation at a cache line (at most
+/// [`ALIGN_SLACK`]; 0 where the pointer cannot be aligned, which a heap pointer always can).
+pub(crate) fn cache_line_start(buf: *const u16) -> usize {
+    Some(buf.align_offset(ALIGN_BYTES))
+        .filter(|&s| s <= ALIGN_SLACK)
+        .unwrap_or(0)
+}
+
 /// Free buffers, each all zeros and at its full length, the one dropped last at the back.
 static FREE: Mutex<VecDeque<Vec<u16>>> = Mutex::new(VecDeque::new());
 
@@ -42,6 +58,8 @@ fn kept_bytes(free: &VecDeque<Vec<u16>>) -> usize {
 /// A zeroed `u16` buffer, cleared when dropped and then kept for reuse (see the module).
 pub struct ScratchVec {
     buf: Vec<u16>,
+    /// The first value, at a multiple of [`ALIGN_BYTES`].
+    start: usize,
     len: usize,
 }
 
@@ -49,20 +67,20 @@ impl ScratchVec {
     /// `len` zeros: the smallest free buffer that holds them with little to spare, or a new
     /// one.
     pub fn zeroed(len: usize) -> ScratchVec {
-        if len * 2 >= MIN_KEPT_BYTES {
-            let mut free = free_list();
-            let most = len / MAX_SLACK.1 * MAX_SLACK.0;
-            let best = (0..free.len())
-                .filter(|&i| (len..=most).contains(&free[i].len()))
-                .min_by_key(|&i| free[i].len());
-            if let Some(buf) = best.and_then(|i| free.remove(i)) {
-                return ScratchVec { buf, len };
-            }
-        }
-        ScratchVec {
-            buf: vec![0; len],
-            len,
-        }
+        let size = len + ALIGN_SLACK;
+        let kept = (size * 2 >= MIN_KEPT_BYTES)
+            .then(|| {
+                let mut free = free_list();
+                let most = size / MAX_SLACK.1 * MAX_SLACK.0;
+                let best = (0..free.len())
+                    .filter(|&i| (size..=most).contains(&free[i].len()))
+                    .min_by_key(|&i| free[i].len());
+                best.and_then(|i| free.remove(i))
+            })
+            .flatten();
+        let buf = kept.unwrap_or_else(|| vec![0; size]);
+        let start = cache_line_start(buf.as_ptr());
+        ScratchVec { buf, start, len }
     }
 
     /// Keeps the first `len` values (at most the current length).
@@ -74,13 +92,13 @@ impl ScratchVec {
 impl core::ops::Deref for ScratchVec {
     type Target = [u16];
     fn deref(&self) -> &[u16] {
-        &self.buf[..self.len]
+        &self.buf[self.start..self.start + self.len]
     }
 }
 
 impl core::ops::DerefMut for ScratchVec {
     fn deref_mut(&mut self) -> &mut [u16] {
-        &mut self.buf[..self.len]
+        &mut self.buf[self.start..self.start + self.len]
     }
 }
 
@@ -148,9 +166,18 @@ mod tests {
     }
 
     #[test]
+    fn buffers_start_at_a_cache_line() {
+        for len in [1, 17, 1000, LEN + 7] {
+            let a = ScratchVec::zeroed(len);
+            assert_eq!(a.as_ptr() as usize % ALIGN_BYTES, 0, "length {len}");
+            assert_eq!(a.len(), len);
+        }
+    }
+
+    #[test]
     fn small_buffers_are_not_kept() {
         let a = ScratchVec::zeroed(17);
         drop(a);
-        assert!(free_list().iter().all(|b| b.len() != 17));
+        assert!(free_list().iter().all(|b| b.len() != 17 + ALIGN_SLACK));
     }
 }
