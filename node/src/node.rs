@@ -101,7 +101,8 @@ pub struct NodeState {
     /// Clients for the two peers, set when the node starts serving.
     pub peers: std::sync::OnceLock<crate::links::Peers>,
     ready: AtomicBool,
-    draining: AtomicBool,
+    /// Shutting down: submissions are refused and open result streams end.
+    draining: tokio::sync::watch::Sender<bool>,
 }
 
 impl NodeState {
@@ -205,7 +206,7 @@ impl NodeState {
             links: crate::links::LinkHub::default(),
             peers: std::sync::OnceLock::new(),
             ready: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
+            draining: tokio::sync::watch::Sender::new(false),
         }))
     }
 
@@ -260,7 +261,13 @@ impl NodeState {
 
     /// Shutting down.
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
+        *self.draining.borrow()
+    }
+
+    /// Completes once the node is shutting down.
+    pub(crate) async fn drained(&self) {
+        // The sender lives as long as `self`, so the wait ends only by draining.
+        let _ = self.draining.subscribe().wait_for(|&d| d).await;
     }
 
     pub(crate) fn set_ready(&self, ready: bool) {
@@ -271,7 +278,7 @@ impl NodeState {
     }
 
     pub(crate) fn set_draining(&self) {
-        self.draining.store(true, Ordering::SeqCst);
+        self.draining.send_replace(true);
         self.metrics.ready.set(0);
     }
 }

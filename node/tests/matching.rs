@@ -30,6 +30,17 @@ fn privacy_max(t: &mut toml::Table) {
     }
 }
 
+/// A new request's metadata.
+fn request(t: RequestType, serial_id: u64, or_policy: bool) -> RequestMeta {
+    RequestMeta {
+        request_id: RequestId::random(&mut OsRng),
+        request_type: t,
+        timestamp_ms: now_ms(),
+        serial_id,
+        or_policy,
+    }
+}
+
 async fn ask(
     orb: &Orb,
     t: RequestType,
@@ -37,13 +48,7 @@ async fn ask(
     or_policy: bool,
     p: &Person,
 ) -> Res<NodeResult> {
-    let meta = RequestMeta {
-        request_id: RequestId::random(&mut OsRng),
-        request_type: t,
-        timestamp_ms: now_ms(),
-        serial_id,
-        or_policy,
-    };
+    let meta = request(t, serial_id, or_policy);
     let env = orb.envelope(&mut OsRng, &meta, &p.0, &p.1)?;
     orb.submit(&env).await?;
     orb.result(&meta.request_id, Duration::from_secs(300)).await
@@ -207,5 +212,44 @@ async fn enrolled_data_survives_a_restart_of_the_cluster() -> Res {
     )
     .await?;
     assert_eq!(r.matched_serial_ids, vec![serial]);
+    cluster.shutdown().await
+}
+
+/// `Orb::result` waits on each node's `StreamResults`; where a stream ends without the result
+/// (here every node restarts while the request waits for its batch), it polls `GetResult`
+/// until the restarted nodes decide the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_outlives_the_streams_that_waited_for_it() -> Res {
+    let dir = tempfile::tempdir()?;
+    let no_batches = |t: &mut toml::Table| {
+        if let Some(toml::Value::Table(b)) = t.get_mut("batch") {
+            b.insert("interval_ms".into(), 3_600_000.into());
+        }
+    };
+    let (deployment, listeners) = Deployment::open_or_create(dir.path(), &no_batches).await?;
+    let cluster = LocalCluster::start(&deployment, listeners).await?;
+    let orb = deployment.orb()?;
+    let a = person(&mut ChaCha20Rng::seed_from_u64(45));
+    let meta = request(RequestType::Uniqueness, 0, false);
+    orb.submit(&orb.envelope(&mut OsRng, &meta, &a.0, &a.1)?)
+        .await?;
+    let id = meta.request_id;
+    let waiting = tokio::spawn(async move { orb.result(&id, Duration::from_secs(120)).await });
+    // The streams are open and nothing is decided.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished());
+    cluster.shutdown().await?;
+
+    // The same deployment, now batching.
+    for party in 0..3 {
+        let path = dir.path().join(format!("keys/party{party}.toml"));
+        let mut t: toml::Table = std::fs::read_to_string(&path)?.parse()?;
+        fast_batches(&mut t);
+        std::fs::write(&path, toml::to_string(&t)?)?;
+    }
+    let (deployment, listeners) = Deployment::open_or_create(dir.path(), &fast_batches).await?;
+    let cluster = LocalCluster::start(&deployment, listeners).await?;
+    let r = waiting.await??;
+    assert_eq!(status(&r), ResultStatus::UniqueEnrolled, "{}", r.detail);
     cluster.shutdown().await
 }

@@ -286,7 +286,20 @@ impl OrbService for OrbApi {
                 }
             }
             while !filtered || !waiting.is_empty() {
-                match rx.recv().await {
+                let received = tokio::select! {
+                    r = rx.recv() => r,
+                    // A graceful shutdown waits on open calls: end this one, so the server
+                    // stops and the orb, told why, asks the restarted node with GetResult.
+                    () = st.drained() => {
+                        let _ = tx
+                            .send(Err(Status::unavailable(
+                                "node shutting down; use GetResult once it is back",
+                            )))
+                            .await;
+                        return;
+                    }
+                };
+                match received {
                     Ok(s) => {
                         let id = shared_proto::v1::NodeResult::decode(s.result.as_slice())
                             .ok()
