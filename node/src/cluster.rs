@@ -370,7 +370,15 @@ async fn wait_for_result(
             .await
         {
             Ok(r) => return Ok(r.into_inner()),
-            Err(s) if s.code() == tonic::Code::Unavailable || s.code() == tonic::Code::NotFound => {
+            // A node that is down or restarting answers UNAVAILABLE, or the call is cancelled
+            // with the connection it was sent on; one that has not decided yet, NOT_FOUND.
+            // Asking again is harmless: GetResult only reads.
+            Err(s)
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::NotFound
+                ) =>
+            {
                 if tokio::time::Instant::now() + pause > deadline {
                     return Err(late());
                 }
