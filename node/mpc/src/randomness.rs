@@ -9,7 +9,10 @@ use hkdf::Hkdf;
 use rand_chacha::ChaCha12Rng;
 use rand_core::{RngCore, SeedableRng};
 use sha2::Sha256;
+use zerocopy::IntoBytes;
 use zeroize::Zeroizing;
+
+use crate::share::{swap_to_le, Word};
 
 use sdk_orb::PartyId;
 
@@ -61,18 +64,13 @@ impl core::fmt::Debug for CorrelatedRandomness {
     }
 }
 
-/// Fills `n` words of a type from a stream.
-fn draw<const B: usize, T>(rng: &mut ChaCha12Rng, n: usize, from: fn([u8; B]) -> T) -> Vec<T> {
-    let mut bytes = Zeroizing::new(vec![0u8; n * B]);
-    rng.fill_bytes(&mut bytes);
-    bytes
-        .chunks_exact(B)
-        .map(|c| {
-            let mut b = [0u8; B];
-            b.copy_from_slice(c);
-            from(b)
-        })
-        .collect()
+/// `n` words of a type from a stream: `n * T::BYTES` bytes, each word little-endian.
+fn draw<T: Word>(rng: &mut ChaCha12Rng, n: usize) -> Vec<T> {
+    let mut words = vec![T::default(); n];
+    let bytes = words.as_mut_bytes();
+    rng.fill_bytes(bytes);
+    swap_to_le::<T>(bytes);
+    words
 }
 
 /// One of a party's two streams.
@@ -134,22 +132,22 @@ impl CorrelatedRandomness {
 
     /// `n` u16 from the stream shared with the next party.
     pub fn next_u16(&mut self, n: usize) -> Vec<u16> {
-        draw(&mut self.next, n, u16::from_le_bytes)
+        draw(&mut self.next, n)
     }
 
     /// `n` u16 from the stream shared with the previous party.
     pub fn prev_u16(&mut self, n: usize) -> Vec<u16> {
-        draw(&mut self.prev, n, u16::from_le_bytes)
+        draw(&mut self.prev, n)
     }
 
     /// `n` u64 words of bits from the stream shared with the next party.
     pub fn next_bits(&mut self, n: usize) -> Vec<u64> {
-        draw(&mut self.next, n, u64::from_le_bytes)
+        draw(&mut self.next, n)
     }
 
     /// `n` u64 words of bits from the stream shared with the previous party.
     pub fn prev_bits(&mut self, n: usize) -> Vec<u64> {
-        draw(&mut self.prev, n, u64::from_le_bytes)
+        draw(&mut self.prev, n)
     }
 
     /// An XOR zero-sharing of `n` words: `next ^ prev`. Draws `n` u64 from each stream.
@@ -182,6 +180,29 @@ mod tests {
         // A fresh nonce gives a fresh seed.
         let fresh = pair_seed(p[0], &keys[0], p[1], &public[1], &[9; 32], &nonces[1]);
         assert_ne!(*fresh, *seed(0, 1));
+    }
+
+    #[test]
+    fn draws_read_the_stream_as_fills_of_all_their_bytes() {
+        let mut r = CorrelatedRandomness::from_seeds(&[4; 32], &[5; 32]);
+        let mut plain = ChaCha12Rng::from_seed([4; 32]);
+        // An odd number of u16 leaves half a stream word unused; the next draw skips it.
+        for n in [5_001, 3, 2_048, 1] {
+            let mut bytes = vec![0u8; n * 2];
+            plain.fill_bytes(&mut bytes);
+            let words: Vec<u16> = bytes
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            assert_eq!(r.next_u16(n), words);
+        }
+        let mut bytes = vec![0u8; 777 * 8];
+        plain.fill_bytes(&mut bytes);
+        let words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        assert_eq!(r.next_bits(777), words);
     }
 
     #[test]

@@ -1,40 +1,38 @@
 //! Replicated shares of vectors.
 
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
 /// A word type shares are made of: `u16`, `u32` (arithmetic) or `u64` (bit-sliced bits).
-pub trait Word: Copy + Default + Send + Sync + 'static {
+pub trait Word: Copy + Default + Send + Sync + FromBytes + IntoBytes + Immutable + 'static {
     /// Bytes of one word on the wire.
     const BYTES: usize;
-    /// Appends the little-endian bytes.
-    fn put(self, out: &mut Vec<u8>);
-    /// Reads one word from exactly `Self::BYTES` little-endian bytes.
-    fn get(bytes: &[u8]) -> Self;
 }
 
-macro_rules! word {
-    ($t:ty) => {
-        impl Word for $t {
-            const BYTES: usize = core::mem::size_of::<$t>();
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-            fn get(bytes: &[u8]) -> Self {
-                let mut b = [0u8; core::mem::size_of::<$t>()];
-                b.copy_from_slice(bytes);
-                <$t>::from_le_bytes(b)
-            }
+impl Word for u16 {
+    const BYTES: usize = 2;
+}
+impl Word for u32 {
+    const BYTES: usize = 4;
+}
+impl Word for u64 {
+    const BYTES: usize = 8;
+}
+
+/// Turns words' bytes in memory into little-endian ones, or back: nothing to do on a
+/// little-endian target.
+pub(crate) fn swap_to_le<T: Word>(bytes: &mut [u8]) {
+    if cfg!(target_endian = "big") {
+        for word in bytes.chunks_exact_mut(T::BYTES) {
+            word.reverse();
         }
-    };
-}
-word!(u16);
-word!(u32);
-word!(u64);
-
-/// Serialises words for the wire.
-pub fn encode<T: Word>(words: &[T]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(words.len() * T::BYTES);
-    for &w in words {
-        w.put(&mut out);
     }
+}
+
+/// Serialises words for the wire (little-endian): one copy, as every round's messages pass
+/// through here.
+pub fn encode<T: Word>(words: &[T]) -> Vec<u8> {
+    let mut out = words.as_bytes().to_vec();
+    swap_to_le::<T>(&mut out);
     out
 }
 
@@ -43,7 +41,11 @@ pub fn decode<T: Word>(bytes: &[u8]) -> Option<Vec<T>> {
     if !bytes.len().is_multiple_of(T::BYTES) {
         return None;
     }
-    Some(bytes.chunks_exact(T::BYTES).map(T::get).collect())
+    let mut words = vec![T::default(); bytes.len() / T::BYTES];
+    let out = words.as_mut_bytes();
+    out.copy_from_slice(bytes);
+    swap_to_le::<T>(out);
+    Some(words)
 }
 
 /// One party's replicated share of a vector: components `own = x_i` and `prev = x_{i-1}`.
