@@ -26,6 +26,7 @@
 use sdk_orb::rotation::{rotate_elements, CHUNK_COEFS, MAX_ROTATION, ROTATION_COUNT};
 
 use crate::engine::kernels::{leaves_avx2, Avx2};
+use zerocopy::{FromBytes, IntoBytes};
 
 /// Coefficients per ring element: a rotation moves whole elements.
 const ELEMENT: usize = 4;
@@ -45,18 +46,24 @@ pub const fn leaf_len(len: usize) -> usize {
 /// One level on a query sequence set (chunks of `n` elements): the three halves `A`, `B`,
 /// `C` of the module's table, each in chunks of `n / 2` elements, appended to `out`.
 fn split_query(x: &[u16], n: usize, out: [&mut Vec<u16>; 3]) {
-    let [a, b, c] = out;
-    for chunk in x.chunks_exact(n * ELEMENT) {
-        let at = |e: usize, t: usize| chunk[e * ELEMENT + t];
+    let groups = <[[u16; ELEMENT]]>::ref_from_bytes(x.as_bytes()).expect("aligned as u16");
+    let [a, b, c] = out.map(|v| {
+        let at = v.len();
+        v.resize(at + x.len() / 2, 0);
+        <[[u16; ELEMENT]]>::mut_from_bytes(v[at..].as_mut_bytes()).expect("aligned as u16")
+    });
+    let halves = a
+        .chunks_exact_mut(n / 2)
+        .zip(b.chunks_exact_mut(n / 2))
+        .zip(c.chunks_exact_mut(n / 2));
+    for (chunk, ((a, b), c)) in groups.chunks_exact(n).zip(halves) {
         for m in 0..n / 2 {
-            for t in 0..ELEMENT {
-                let even = at(2 * m, t);
-                let odd = at(2 * m + 1, t);
-                let shifted = at((2 * m + n - 1) % n, t);
-                a.push(even);
-                b.push(odd.wrapping_sub(even));
-                c.push(shifted.wrapping_sub(even));
-            }
+            let even = chunk[2 * m];
+            let odd = chunk[2 * m + 1];
+            let shifted = chunk[if m == 0 { n - 1 } else { 2 * m - 1 }];
+            a[m] = even;
+            b[m] = core::array::from_fn(|t| odd[t].wrapping_sub(even[t]));
+            c[m] = core::array::from_fn(|t| shifted[t].wrapping_sub(even[t]));
         }
     }
 }

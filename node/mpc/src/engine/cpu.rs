@@ -160,10 +160,12 @@ fn interleave_into(q: &[u16], len: usize, p: usize, out: &mut [u16]) {
         .zip(q.par_chunks(p * len))
         .for_each(|(panel, rows)| {
             let rows: Vec<&[u16]> = rows.chunks_exact(len).collect();
-            // Written in order; the panel's rows are read side by side.
+            // Written in order; the panel's rows are read side by side. Pairs as arrays: a
+            // two-element `copy_from_slice` here is a call to `memcpy`.
             for (k, pairs) in panel.chunks_exact_mut(2 * p).enumerate() {
                 for (pair, row) in pairs.chunks_exact_mut(2).zip(&rows) {
-                    pair.copy_from_slice(&row[2 * k..2 * k + 2]);
+                    let pair: &mut [u16; 2] = pair.try_into().expect("two elements");
+                    *pair = row[2 * k..2 * k + 2].try_into().expect("two elements");
                 }
             }
         });
