@@ -290,7 +290,7 @@ impl IntakePolicy {
                 format!("orb key {} is not on the allow-list", hex::encode(orb_key)),
             ));
         }
-        view.verify_signature().map_err(from_sdk)?;
+        let digest = view.verified_digest().map_err(from_sdk)?;
         let ts = view.timestamp_ms();
         if ts.saturating_add(self.freshness_ms) < now_ms {
             return Err(Rejection::new(
@@ -323,7 +323,7 @@ impl IntakePolicy {
         let shares = to_stored(&payload);
         Ok(Accepted {
             id,
-            digest: EnvelopeDigest(view.digest().0),
+            digest: EnvelopeDigest(digest.0),
             request_type: view.request_type(),
             serial_id: view.serial_id(),
             or_policy: view.or_policy(),

@@ -227,10 +227,21 @@ impl<'a> EnvelopeView<'a> {
     /// # Errors
     /// [`EnvelopeError::Signature`].
     pub fn verify_signature(&self) -> Result<(), EnvelopeError> {
+        self.verified_digest().map(|_| ())
+    }
+
+    /// [`EnvelopeView::verify_signature`], returning the digest it checked: one pass over the
+    /// envelope where a verifier also keeps the digest.
+    ///
+    /// # Errors
+    /// [`EnvelopeError::Signature`].
+    pub fn verified_digest(&self) -> Result<EnvelopeDigest, EnvelopeError> {
         let key = VerifyingKey::from_bytes(&self.orb_key).map_err(|_| EnvelopeError::Signature)?;
         let sig = Signature::from_bytes(&self.signature);
-        key.verify_strict(&self.digest().0, &sig)
-            .map_err(|_| EnvelopeError::Signature)
+        let digest = self.digest();
+        key.verify_strict(&digest.0, &sig)
+            .map_err(|_| EnvelopeError::Signature)?;
+        Ok(digest)
     }
 
     /// Re-encodes the envelope (canonically: for an envelope that parsed, the same bytes).
