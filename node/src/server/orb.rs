@@ -285,12 +285,14 @@ impl OrbService for OrbApi {
                     }
                 }
             }
+            let drained = st.drained();
+            tokio::pin!(drained);
             while !filtered || !waiting.is_empty() {
                 let received = tokio::select! {
                     r = rx.recv() => r,
                     // A graceful shutdown waits on open calls: end this one, so the server
                     // stops and the orb, told why, asks the restarted node with GetResult.
-                    () = st.drained() => {
+                    () = &mut drained => {
                         let _ = tx
                             .send(Err(Status::unavailable(
                                 "node shutting down; use GetResult once it is back",
