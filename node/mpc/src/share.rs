@@ -4,19 +4,13 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// A word type shares are made of: `u16`, `u32` (arithmetic) or `u64` (bit-sliced bits).
 pub trait Word: Copy + Default + Send + Sync + FromBytes + IntoBytes + Immutable + 'static {
-    /// Bytes of one word on the wire.
-    const BYTES: usize;
+    /// Bytes of one word on the wire: its size in memory.
+    const BYTES: usize = core::mem::size_of::<Self>();
 }
 
-impl Word for u16 {
-    const BYTES: usize = 2;
-}
-impl Word for u32 {
-    const BYTES: usize = 4;
-}
-impl Word for u64 {
-    const BYTES: usize = 8;
-}
+impl Word for u16 {}
+impl Word for u32 {}
+impl Word for u64 {}
 
 /// Turns words' bytes in memory into little-endian ones, or back: nothing to do on a
 /// little-endian target.
