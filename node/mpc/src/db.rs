@@ -73,6 +73,7 @@ impl Rows {
         }
         let len = self.values().len();
         let mut grown = Vec::with_capacity((len + additional).max(2 * len) + ALIGN_SLACK);
+        crate::process::advise_huge_pages(&grown);
         let start = cache_line_start(grown.as_ptr());
         grown.resize(start, 0);
         grown.extend_from_slice(self.values());
