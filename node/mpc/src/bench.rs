@@ -85,6 +85,10 @@ pub struct BenchReport {
     /// accumulator ([`crate::engine::peak::accumulate_peak`]): below `mac_peak` with AVX2,
     /// which needs a second instruction for it, equal to it otherwise.
     pub mac_accumulate_peak: Option<f64>,
+    /// Fraction of `mac_accumulate_peak` the dot-product phase reaches.
+    pub mac_accumulate_fraction: Option<f64>,
+    /// Fraction of `mac_accumulate_peak` the rotations' multiply-adds reach.
+    pub dot_rotations_accumulate_fraction: Option<f64>,
     /// The core clock estimated around the peak probe, cycles per second.
     pub clock_hz: f64,
     /// How many times faster the plaintext matcher is than the secure pipeline.
@@ -164,6 +168,17 @@ impl std::fmt::Display for BenchReport {
                     accumulate / 1e9,
                     accumulate / peak * 100.0
                 )?;
+                if let (Some(dot), Some(rotations)) = (
+                    self.mac_accumulate_fraction,
+                    self.dot_rotations_accumulate_fraction,
+                ) {
+                    writeln!(
+                        f,
+                        "                      dot phase at {:.0} % of it, rotations at {:.0} %",
+                        dot * 100.0,
+                        rotations * 100.0
+                    )?;
+                }
             }
         }
         writeln!(
@@ -383,6 +398,10 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         mac_peak: peak.map(|p| p.macs_per_second),
         mac_peak_fraction: mac_fraction,
         mac_accumulate_peak: accumulate.map(|p| p.macs_per_second),
+        mac_accumulate_fraction: accumulate
+            .map(|p| dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / p.macs_per_second),
+        dot_rotations_accumulate_fraction: accumulate
+            .map(|p| rotations_rate * rotations_macs / p.macs_per_second),
         clock_hz: clock,
         plaintext_over_pipeline: plain_rate / pipeline_rate,
         bytes_per_comparison: bytes,
