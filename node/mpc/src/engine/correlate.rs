@@ -98,13 +98,34 @@ pub fn leaf_lag(i: usize) -> i32 {
     LOWEST_LEAF_LAG + i as i32
 }
 
-/// Writes the nine leaves of database row `y` (a whole number of chunks): leaf `s` to
+/// The leaves of a database row that are its own elements, `z_r` for leaf `s` at `[s] ==
+/// Some(r)` ([`db_leaves`]): a tile reads them from the row in place, element `r` of every
+/// group of four, in couples [`DIRECT_COUPLE`] wide from coefficient `ELEMENT * r` on,
+/// instead of from a copy.
+pub const DIRECT_LEAVES: [Option<usize>; LEAVES] = [
+    None,
+    None,
+    None,
+    None,
+    Some(3),
+    Some(1),
+    None,
+    Some(2),
+    Some(0),
+];
+
+/// Couple width ([`crate::engine::kernels`]) of a direct leaf read in place: a leaf element's
+/// two pairs sit side by side, and the next element of the leaf is a group further on.
+pub const DIRECT_COUPLE: usize = 4 * ELEMENT;
+
+/// Writes the nine leaves of database row `y` (a whole number of chunks), or where `all` is
+/// false only the five that are sums (not [`DIRECT_LEAVES`]): leaf `s` to
 /// `out[s * stride..][..leaf_len]`. Two levels over elements four apart: with `z_r[m] =
 /// y[4m + r]`, the leaves are `z0+z1+z2+z3, z2+z3, z0+z1, z1+z3, z3, z1, z0+z2, z2, z0`.
 ///
 /// Each group of four elements gives the leaves' element at its place and nothing else, so
 /// `y` may also be a run of whole groups from inside a row (the leaves of that run).
-pub fn db_leaves(y: &[u16], out: &mut [u16], stride: usize) {
+pub fn db_leaves(y: &[u16], out: &mut [u16], stride: usize, all: bool) {
     assert_eq!(y.len() % (4 * ELEMENT), 0, "whole groups of four elements");
     let len = leaf_len(y.len());
     assert!(stride >= len && out.len() >= (LEAVES - 1) * stride + len);
@@ -112,16 +133,16 @@ pub fn db_leaves(y: &[u16], out: &mut [u16], stride: usize) {
     let simd = match Avx2::detect() {
         Some(cpu) => {
             let whole = y.len() / 64 * 64;
-            leaves_avx2(cpu, &y[..whole], out, stride);
+            leaves_avx2(cpu, &y[..whole], out, stride, all);
             whole
         }
         None => 0,
     };
-    db_leaves_portable(&y[simd..], out, stride, simd / 4);
+    db_leaves_portable(&y[simd..], out, stride, simd / 4, all);
 }
 
 /// [`db_leaves`] without SIMD for the groups `y`, written from `at` on in each leaf.
-fn db_leaves_portable(y: &[u16], out: &mut [u16], stride: usize, at: usize) {
+fn db_leaves_portable(y: &[u16], out: &mut [u16], stride: usize, at: usize, all: bool) {
     for (m, group) in y.chunks_exact(4 * ELEMENT).enumerate() {
         let at = at + m * ELEMENT;
         for t in 0..ELEMENT {
@@ -130,7 +151,9 @@ fn db_leaves_portable(y: &[u16], out: &mut [u16], stride: usize, at: usize) {
             let (z13, z02) = (z1.wrapping_add(z3), z0.wrapping_add(z2));
             let values = [z01.wrapping_add(z23), z23, z01, z13, z3, z1, z02, z2, z0];
             for (s, v) in values.into_iter().enumerate() {
-                out[s * stride + at + t] = v;
+                if all || DIRECT_LEAVES[s].is_none() {
+                    out[s * stride + at + t] = v;
+                }
             }
         }
     }
@@ -190,11 +213,39 @@ mod tests {
         for len in [CHUNK_COEFS, sdk_orb::CODE_COEFS] {
             let y = random(&mut rng, len);
             let n = leaf_len(len);
-            let mut simd = vec![1u16; LEAVES * n + 5];
-            let mut portable = simd.clone();
-            db_leaves(&y, &mut simd, n);
-            db_leaves_portable(&y, &mut portable, n, 0);
-            assert_eq!(simd, portable, "length {len}");
+            for all in [true, false] {
+                let mut simd = vec![1u16; LEAVES * n + 5];
+                let mut portable = simd.clone();
+                db_leaves(&y, &mut simd, n, all);
+                db_leaves_portable(&y, &mut portable, n, 0, all);
+                assert_eq!(simd, portable, "length {len}");
+            }
+        }
+    }
+
+    /// The leaves left to be read in place are the row's elements four apart, from the
+    /// element `DIRECT_LEAVES` names on, and only those are left unwritten.
+    #[test]
+    fn direct_leaves_are_the_rows_own_elements() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let y = random(&mut rng, CHUNK_COEFS);
+        let n = leaf_len(y.len());
+        let mut all = vec![0u16; LEAVES * n];
+        db_leaves(&y, &mut all, n, true);
+        let mut sums = vec![7u16; LEAVES * n];
+        db_leaves(&y, &mut sums, n, false);
+        for (s, direct) in DIRECT_LEAVES.into_iter().enumerate() {
+            let (leaf, unwritten) = (&all[s * n..][..n], &sums[s * n..][..n]);
+            match direct {
+                Some(r) => {
+                    for (m, element) in leaf.chunks_exact(ELEMENT).enumerate() {
+                        let at = DIRECT_COUPLE * m + ELEMENT * r;
+                        assert_eq!(element, &y[at..at + ELEMENT], "leaf {s} element {m}");
+                    }
+                    assert!(unwritten.iter().all(|&v| v == 7), "leaf {s} written");
+                }
+                None => assert_eq!(leaf, unwritten, "leaf {s}"),
+            }
         }
     }
 
@@ -216,7 +267,7 @@ mod tests {
             let q = query_leaves(&x);
             let n = leaf_len(len);
             let mut d = vec![0u16; LEAVES * n];
-            db_leaves(&y, &mut d, n);
+            db_leaves(&y, &mut d, n, true);
             let mut lagged = vec![0u16; n];
             let mut results = [[0u16; LEAF_LAGS]; LEAVES];
             for (s, row) in results.iter_mut().enumerate() {

@@ -17,10 +17,10 @@ use core::ops::Range;
 
 use crate::db::{MatchDb, Part};
 use crate::dot::{expand_rotations, DotEngine, PreparedQueries, QueryLayout};
-use crate::engine::correlate::{self, leaf_len, LEAF_LAGS, LEAVES};
+use crate::engine::correlate::{self, leaf_len, DIRECT_COUPLE, DIRECT_LEAVES, LEAF_LAGS, LEAVES};
 use crate::engine::kernels::{
     prefetch, tile_avx2, tile_avx512_vnni, tile_scalar, Acc, Avx2, Avx512Vnni, AVX2_D, AVX2_P,
-    SCALAR_D, SCALAR_P, VNNI_D, VNNI_P,
+    CONTIGUOUS, SCALAR_D, SCALAR_P, VNNI_D, VNNI_P,
 };
 use crate::error::EngineError;
 use crate::scratch::ScratchVec;
@@ -121,7 +121,7 @@ impl Kernel {
         match self {
             Kernel::Avx512Vnni(cpu) => tiled::<VNNI_P, VNNI_D>(
                 chunk,
-                |q, d, stride, acc| tile_avx512_vnni(cpu, q, d, stride, acc),
+                |q, d, stride, acc| tile_avx512_vnni(cpu, q, d, stride, CONTIGUOUS, acc),
                 (panels, nq),
                 db,
                 len,
@@ -136,7 +136,10 @@ impl Kernel {
                 out,
             ),
             Kernel::Scalar => {
-                tiled::<SCALAR_P, SCALAR_D>(chunk, tile_scalar, (panels, nq), db, len, out)
+                let tile = |q: &[u16], d: &[u16], stride, acc: &mut _| {
+                    tile_scalar(q, d, stride, CONTIGUOUS, acc)
+                };
+                tiled::<SCALAR_P, SCALAR_D>(chunk, tile, (panels, nq), db, len, out)
             }
         }
     }
@@ -287,12 +290,18 @@ fn place_blocks(blocks: Vec<Block>, nd: usize, out: &mut [u16]) {
 /// rows) against a task of database rows. An item walks the leaf length in chunks: the
 /// slab's nine query panels for a chunk stay in L2 while the task's rows pass
 /// [`CORRELATION_ROWS`] at a time, each group's leaves made for that chunk alone (so they
-/// stay in L2 too) and multiplied at once. The accumulators of the item's leaf products live
-/// across the chunks; at the end the 31 rotations are combined from them. The task shrinks as
-/// the slab grows, so the accumulators keep to what four queries take.
+/// stay in L2 too) and multiplied at once. With `in_place`, where a group is whole tiles,
+/// only its five sum leaves are made: the tiles read the four that are the rows' own elements
+/// ([`DIRECT_LEAVES`]) from the rows in place, which the prefetch has brought to L2. The
+/// accumulators of the item's leaf products live across the chunks; at the end the 31
+/// rotations are combined from them. The task shrinks as the slab grows, so the accumulators
+/// keep to what four queries take.
 fn correlated<const P: usize, const D: usize>(
     chunk: usize,
-    tile: impl Fn(&[u16], &[u16], usize, &mut Acc<P, D>) + Sync,
+    (tile, in_place): (
+        impl Fn(&[u16], &[u16], usize, usize, &mut Acc<P, D>) + Sync,
+        bool,
+    ),
     (panels, bases): (&[u16], usize),
     db: &[u16],
     len: usize,
@@ -356,12 +365,14 @@ fn correlated<const P: usize, const D: usize>(
                     let here = group.min(width - g0);
                     let leaf_size = here.div_ceil(D) * D * kl;
                     let leaf_stride = leaf_spacing(leaf_size);
-                    if !here.is_multiple_of(D) {
+                    let whole_tiles = here.is_multiple_of(D);
+                    if !whole_tiles {
                         // The last tile's missing rows read as zeros.
                         leaves.fill(0);
                     }
+                    let in_place = in_place && whole_tiles;
                     for (d, run) in runs((k0, g0)).enumerate() {
-                        correlate::db_leaves(run, &mut leaves[d * kl..], leaf_stride);
+                        correlate::db_leaves(run, &mut leaves[d * kl..], leaf_stride, !in_place);
                     }
                     // The next step's rows are fetched while this one multiplies, a share after
                     // each tile: its leaves would otherwise wait on memory.
@@ -374,11 +385,20 @@ fn correlated<const P: usize, const D: usize>(
                     let share = (group * 4 * leaf_chunk).div_ceil(CACHE_LINE_COEFS * calls);
                     for (s, leaf) in leaves.chunks_exact(leaf_stride).take(LEAVES).enumerate() {
                         let queries = slab_panels(s);
-                        for (t, ds) in leaf[..leaf_size].chunks_exact(D * kl).enumerate() {
+                        for t in 0..here.div_ceil(D) {
+                            // Tile t's rows of leaf s: in place (the chunk's run of each row,
+                            // from element r of its first group), or the copy.
+                            let (ds, stride, couple) = match DIRECT_LEAVES[s] {
+                                Some(r) if in_place => {
+                                    let at = (g0 + t * D) * len + 4 * k0 + 4 * r;
+                                    (&rows[at..], len, DIRECT_COUPLE)
+                                }
+                                _ => (&leaf[t * D * kl..(t + 1) * D * kl], kl, CONTIGUOUS),
+                            };
                             let at = ((g0 / D + t) * LEAVES + s) * sp;
                             for (panel, a) in queries.chunks_exact(P * n).zip(&mut acc[at..at + sp])
                             {
-                                tile(&panel[P * k0..P * (k0 + kl)], ds, kl, a);
+                                tile(&panel[P * k0..P * (k0 + kl)], ds, stride, couple, a);
                                 upcoming.by_ref().take(share).for_each(prefetch);
                             }
                         }
@@ -560,7 +580,10 @@ impl CpuEngine {
         self.install(|| match self.kernel {
             Kernel::Avx512Vnni(cpu) => correlated::<VNNI_P, VNNI_D>(
                 self.chunk,
-                |q, d, stride, acc| tile_avx512_vnni(cpu, q, d, stride, acc),
+                (
+                    |q, d, stride, couple, acc| tile_avx512_vnni(cpu, q, d, stride, couple, acc),
+                    true,
+                ),
                 queries,
                 db,
                 len,
@@ -568,15 +591,27 @@ impl CpuEngine {
             ),
             Kernel::Avx2(cpu) => correlated::<AVX2_P, AVX2_D>(
                 self.chunk,
-                |q, d, stride, acc| tile_avx2(cpu, q, d, stride, acc),
+                // Copies only: see `tile_avx2`.
+                (
+                    |q, d, stride, couple, acc| {
+                        debug_assert_eq!(couple, CONTIGUOUS);
+                        tile_avx2(cpu, q, d, stride, acc)
+                    },
+                    false,
+                ),
                 queries,
                 db,
                 len,
                 out,
             ),
-            Kernel::Scalar => {
-                correlated::<SCALAR_P, SCALAR_D>(self.chunk, tile_scalar, queries, db, len, out)
-            }
+            Kernel::Scalar => correlated::<SCALAR_P, SCALAR_D>(
+                self.chunk,
+                (tile_scalar, true),
+                queries,
+                db,
+                len,
+                out,
+            ),
         });
     }
 }

@@ -8,6 +8,11 @@
 //! and i32 wrap-around keeps every sum exact mod 2^32).
 //!
 //! The tile shape is per kernel: what the instruction set's registers hold without spilling.
+//!
+//! A database row's pairs come in couples, two pairs side by side (`k = 2i` and `2i + 1` at
+//! coefficients `i * couple` and `i * couple + 2`): [`CONTIGUOUS`] where the row is its own
+//! coefficients, wider where a tile reads every fourth element of a row in place (the
+//! correlation leaves that are a row's own elements, [`crate::engine::correlate`]).
 
 /// Proof that this CPU runs AVX-512 F, BW and VNNI. Only [`Avx512Vnni::detect`] makes one, so
 /// a kernel that takes it can run those instructions safely.
@@ -61,19 +66,64 @@ pub const SCALAR_P: usize = 8;
 /// Database rows per portable tile.
 pub const SCALAR_D: usize = 4;
 
+/// Couple width of a row that is its own coefficients: pair `k` at `2 * k`.
+pub const CONTIGUOUS: usize = 4;
+
+/// Where pair `k` of a database row starts, in a row of couples `couple` wide.
+#[inline(always)]
+const fn pair_at(k: usize, couple: usize) -> usize {
+    k / 2 * couple + 2 * (k % 2)
+}
+
 /// Checks what a tile reads and returns its coefficient pairs: `qp` holds `p` query rows
 /// interleaved (pair `k` of every row, row after row, then pair `k + 1`), and `d` holds
-/// `rows_d` database rows of as many coefficients, the `j`-th at `j * d_stride`.
+/// `rows_d` database rows of as many pairs in couples `couple` wide, the `j`-th at
+/// `j * d_stride`.
 #[inline(always)]
-fn check_tile(qp: &[u16], p: usize, d: &[u16], d_stride: usize, rows_d: usize) -> usize {
+fn check_tile(
+    qp: &[u16],
+    p: usize,
+    d: &[u16],
+    d_stride: usize,
+    couple: usize,
+    rows_d: usize,
+) -> usize {
     // `p` is a constant in every caller, so this divides by a constant.
     let pairs = qp.len() / (2 * p);
-    let len = 2 * pairs;
+    // The coefficients a row's pairs reach.
+    let span = pairs
+        .checked_sub(1)
+        .map_or(0, |last| pair_at(last, couple) + 2);
     assert!(
-        qp.len() == p * len && d_stride >= len && d.len() >= (rows_d - 1) * d_stride + len,
+        qp.len() == 2 * p * pairs
+            && couple >= CONTIGUOUS
+            && couple.is_multiple_of(2)
+            && d_stride >= span
+            && d.len() >= (rows_d - 1) * d_stride + span,
         "a tile's rows must have one even length"
     );
     pairs
+}
+
+/// Adds the products of pairs `pairs` of a tile (checked by [`check_tile`]) into `acc`.
+fn scalar_pairs<const P: usize, const D: usize>(
+    qp: &[u16],
+    d: &[u16],
+    (d_stride, couple): (usize, usize),
+    pairs: core::ops::Range<usize>,
+    acc: &mut Acc<P, D>,
+) {
+    let s = |x: u16| i32::from(x as i16);
+    for k in pairs {
+        let q = &qp[k * 2 * P..(k + 1) * 2 * P];
+        let at = pair_at(k, couple);
+        for (j, row) in acc.iter_mut().enumerate() {
+            let (d0, d1) = (s(d[j * d_stride + at]), s(d[j * d_stride + at + 1]));
+            for (a, q) in row.iter_mut().zip(q.chunks_exact(2)) {
+                *a = a.wrapping_add((s(q[0]) * d0).wrapping_add(s(q[1]) * d1));
+            }
+        }
+    }
 }
 
 /// Portable tile: `P` interleaved query rows against `D` database rows, added into `acc`.
@@ -84,23 +134,15 @@ pub fn tile_scalar<const P: usize, const D: usize>(
     qp: &[u16],
     d: &[u16],
     d_stride: usize,
+    couple: usize,
     acc: &mut Acc<P, D>,
 ) {
-    let pairs = check_tile(qp, P, d, d_stride, D);
-    let s = |x: u16| i32::from(x as i16);
-    for k in 0..pairs {
-        let q = &qp[k * 2 * P..(k + 1) * 2 * P];
-        for (j, row) in acc.iter_mut().enumerate() {
-            let (d0, d1) = (s(d[j * d_stride + 2 * k]), s(d[j * d_stride + 2 * k + 1]));
-            for (a, q) in row.iter_mut().zip(q.chunks_exact(2)) {
-                *a = a.wrapping_add((s(q[0]) * d0).wrapping_add(s(q[1]) * d1));
-            }
-        }
-    }
+    let pairs = check_tile(qp, P, d, d_stride, couple, D);
+    scalar_pairs(qp, d, (d_stride, couple), 0..pairs, acc);
 }
 
 /// AVX-512 VNNI tile: [`VNNI_P`] interleaved query rows against [`VNNI_D`] database rows at a
-/// stride of `d_stride` elements, added into `acc`.
+/// stride of `d_stride` elements, in couples `couple` wide, added into `acc`.
 ///
 /// # Panics
 /// If `qp` is not [`VNNI_P`] rows of one even length, or `d` is too short for it.
@@ -109,20 +151,27 @@ pub fn tile_avx512_vnni(
     qp: &[u16],
     d: &[u16],
     d_stride: usize,
+    couple: usize,
     acc: &mut Acc<VNNI_P, VNNI_D>,
 ) {
-    let pairs = check_tile(qp, VNNI_P, d, d_stride, VNNI_D);
+    let pairs = check_tile(qp, VNNI_P, d, d_stride, couple, VNNI_D);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the token proves the CPU has the target features; the lengths were checked.
-    unsafe {
-        x86::tile_avx512_vnni(qp, d, pairs, d_stride, acc)
+    let done = unsafe {
+        x86::tile_avx512_vnni(qp, d, (d_stride, couple), pairs / 2, acc);
+        pairs / 2 * 2
     };
+    // No token exists off x86_64; the portable loop would do every pair.
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("no token exists off x86_64")
+    let done = 0;
+    // An odd last pair: rare (vector lengths are multiples of 64 in every engine call).
+    scalar_pairs(qp, d, (d_stride, couple), done..pairs, acc);
 }
 
 /// AVX2 tile: [`AVX2_P`] interleaved query rows against [`AVX2_D`] database rows at a stride
-/// of `d_stride` elements, added into `acc`.
+/// of `d_stride` elements, contiguous, added into `acc`. Contiguous only: reading a row in
+/// place in wider couples measured slower than copying its leaves with this tile (its
+/// broadcasts are twice as many per multiply-add as AVX-512's).
 ///
 /// # Panics
 /// If `qp` is not [`AVX2_P`] rows of one even length, or `d` is too short for it.
@@ -133,7 +182,7 @@ pub fn tile_avx2(
     d_stride: usize,
     acc: &mut Acc<AVX2_P, AVX2_D>,
 ) {
-    let pairs = check_tile(qp, AVX2_P, d, d_stride, AVX2_D);
+    let pairs = check_tile(qp, AVX2_P, d, d_stride, CONTIGUOUS, AVX2_D);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the token proves the CPU has the target feature; the lengths were checked.
     unsafe {
@@ -143,13 +192,14 @@ pub fn tile_avx2(
     unreachable!("no token exists off x86_64")
 }
 
-/// The nine correlation leaves of database row `y` ([`crate::engine::correlate::db_leaves`]):
-/// four groups of four elements per step, transposed so that each leaf is a vertical sum.
+/// The nine correlation leaves of database row `y` ([`crate::engine::correlate::db_leaves`]),
+/// or its five sums alone (`all` false): four groups of four elements per step, transposed
+/// so that each leaf is a vertical sum.
 ///
 /// # Panics
 /// If `y` is not a whole number of 64-coefficient steps or `out` cannot hold nine leaves at
 /// `stride`.
-pub fn leaves_avx2(_cpu: Avx2, y: &[u16], out: &mut [u16], stride: usize) {
+pub fn leaves_avx2(_cpu: Avx2, y: &[u16], out: &mut [u16], stride: usize, all: bool) {
     let steps = y.len() / 64;
     assert!(
         y.len() == 64 * steps && stride >= 16 * steps && out.len() >= 8 * stride + 16 * steps,
@@ -158,7 +208,11 @@ pub fn leaves_avx2(_cpu: Avx2, y: &[u16], out: &mut [u16], stride: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the token proves the CPU has the target feature; the lengths were checked.
     unsafe {
-        x86::leaves_avx2(y, out, stride, steps)
+        if all {
+            x86::leaves_avx2::<true>(y, out, stride, steps)
+        } else {
+            x86::leaves_avx2::<false>(y, out, stride, steps)
+        }
     };
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("no token exists off x86_64")
@@ -183,34 +237,37 @@ pub fn prefetch(data: &[u16]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{Acc, AVX2_D, AVX2_P, VNNI_D, VNNI_P};
+    use crate::engine::correlate::DIRECT_LEAVES;
     use core::arch::asm;
 
     /// AVX-512 VNNI: `vpdpwssd` multiplies 32 pairs of i16 and adds adjacent products into
     /// 16 i32 lanes; here the lanes are 16 query rows and the other operand is one database
     /// row's pair broadcast. Assembly: LLVM splits most `vpdpwssd` intrinsics into
-    /// `vpmaddwd` plus `vpaddd`, twice the instructions.
+    /// `vpmaddwd` plus `vpaddd`, twice the instructions. A couple of pairs per iteration, so
+    /// the rows can advance by more than a pair's width.
     ///
     /// # Safety
     /// The CPU must support `avx512f`, `avx512bw` and `avx512vnni`; `qp` must hold
-    /// `pairs` steps of [`VNNI_P`] interleaved pairs, and `d` [`VNNI_D`] rows of at least
-    /// `2 * pairs` elements starting `d_stride` elements apart.
+    /// `2 * couples` steps of [`VNNI_P`] interleaved pairs, and `d` [`VNNI_D`] rows starting
+    /// `d_stride` elements apart, each reaching `couples * couple` elements.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn tile_avx512_vnni(
         qp: &[u16],
         d: &[u16],
-        pairs: usize,
-        d_stride: usize,
+        (d_stride, couple): (usize, usize),
+        couples: usize,
         acc: &mut Acc<VNNI_P, VNNI_D>,
     ) {
         const _: () = assert!(VNNI_P == 32 && VNNI_D == 12);
-        if pairs == 0 {
+        if couples == 0 {
             return;
         }
         let sd = d_stride * 2;
-        // SAFETY: `acc` is 24 x 64 bytes, read and written back whole. Step k reads 128 bytes
-        // of `qp` at 128 * k (inside its `pairs` steps) and 4 bytes at 4 * k of each database
-        // row j (at byte j * sd, j < 12; `d4` and `d8` start at rows 4 and 8): inside `d`.
-        // Unaligned loads are allowed; the caller guarantees the features.
+        // SAFETY: `acc` is 24 x 64 bytes, read and written back whole. Couple i reads 256
+        // bytes of `qp` at 256 * i (inside its `2 * couples` steps) and 4 bytes at each of
+        // adv * i and adv * i + 4 of each database row j (at byte j * sd, j < 12; `d4` and
+        // `d8` start at rows 4 and 8; adv = 2 * couple): inside `d`. Unaligned loads are
+        // allowed; the caller guarantees the features.
         unsafe {
             asm!(
                 "vmovdqu64 zmm0, [{a} + 0]",
@@ -237,8 +294,9 @@ mod x86 {
                 "vmovdqu64 zmm21, [{a} + 1344]",
                 "vmovdqu64 zmm22, [{a} + 1408]",
                 "vmovdqu64 zmm23, [{a} + 1472]",
+                ".p2align 6",
                 "2:",
-                "vmovdqu64 zmm24, [{q}]",
+                "vmovdqu64 zmm24, [{q} + 0]",
                 "vmovdqu64 zmm25, [{q} + 64]",
                 "vpbroadcastd zmm26, dword ptr [{d}]",
                 "vpdpwssd zmm0, zmm24, zmm26",
@@ -276,10 +334,48 @@ mod x86 {
                 "vpbroadcastd zmm29, dword ptr [{d8} + {sd3}]",
                 "vpdpwssd zmm22, zmm24, zmm29",
                 "vpdpwssd zmm23, zmm25, zmm29",
-                "add {q}, 128",
-                "add {d}, 4",
-                "add {d4}, 4",
-                "add {d8}, 4",
+                "vmovdqu64 zmm24, [{q} + 128]",
+                "vmovdqu64 zmm25, [{q} + 192]",
+                "vpbroadcastd zmm26, dword ptr [{d} + 4]",
+                "vpdpwssd zmm0, zmm24, zmm26",
+                "vpdpwssd zmm1, zmm25, zmm26",
+                "vpbroadcastd zmm27, dword ptr [{d} + {sd} + 4]",
+                "vpdpwssd zmm2, zmm24, zmm27",
+                "vpdpwssd zmm3, zmm25, zmm27",
+                "vpbroadcastd zmm28, dword ptr [{d} + 2*{sd} + 4]",
+                "vpdpwssd zmm4, zmm24, zmm28",
+                "vpdpwssd zmm5, zmm25, zmm28",
+                "vpbroadcastd zmm29, dword ptr [{d} + {sd3} + 4]",
+                "vpdpwssd zmm6, zmm24, zmm29",
+                "vpdpwssd zmm7, zmm25, zmm29",
+                "vpbroadcastd zmm26, dword ptr [{d4} + 4]",
+                "vpdpwssd zmm8, zmm24, zmm26",
+                "vpdpwssd zmm9, zmm25, zmm26",
+                "vpbroadcastd zmm27, dword ptr [{d4} + {sd} + 4]",
+                "vpdpwssd zmm10, zmm24, zmm27",
+                "vpdpwssd zmm11, zmm25, zmm27",
+                "vpbroadcastd zmm28, dword ptr [{d4} + 2*{sd} + 4]",
+                "vpdpwssd zmm12, zmm24, zmm28",
+                "vpdpwssd zmm13, zmm25, zmm28",
+                "vpbroadcastd zmm29, dword ptr [{d4} + {sd3} + 4]",
+                "vpdpwssd zmm14, zmm24, zmm29",
+                "vpdpwssd zmm15, zmm25, zmm29",
+                "vpbroadcastd zmm26, dword ptr [{d8} + 4]",
+                "vpdpwssd zmm16, zmm24, zmm26",
+                "vpdpwssd zmm17, zmm25, zmm26",
+                "vpbroadcastd zmm27, dword ptr [{d8} + {sd} + 4]",
+                "vpdpwssd zmm18, zmm24, zmm27",
+                "vpdpwssd zmm19, zmm25, zmm27",
+                "vpbroadcastd zmm28, dword ptr [{d8} + 2*{sd} + 4]",
+                "vpdpwssd zmm20, zmm24, zmm28",
+                "vpdpwssd zmm21, zmm25, zmm28",
+                "vpbroadcastd zmm29, dword ptr [{d8} + {sd3} + 4]",
+                "vpdpwssd zmm22, zmm24, zmm29",
+                "vpdpwssd zmm23, zmm25, zmm29",
+                "add {q}, 256",
+                "add {d}, {adv}",
+                "add {d4}, {adv}",
+                "add {d8}, {adv}",
                 "dec {n}",
                 "jnz 2b",
                 "vmovdqu64 [{a} + 0], zmm0",
@@ -313,7 +409,8 @@ mod x86 {
                 d8 = inout(reg) d.as_ptr().add(8 * d_stride) => _,
                 sd = in(reg) sd,
                 sd3 = in(reg) 3 * sd,
-                n = inout(reg) pairs => _,
+                adv = in(reg) couple * 2,
+                n = inout(reg) couples => _,
                 out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
                 out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
                 out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
@@ -366,6 +463,7 @@ mod x86 {
                 "vmovdqu ymm9, [{a} + 288]",
                 "vmovdqu ymm10, [{a} + 320]",
                 "vmovdqu ymm11, [{a} + 352]",
+                ".p2align 6",
                 "2:",
                 "vmovdqu ymm12, [{q}]",
                 "vmovdqu ymm13, [{q} + 32]",
@@ -436,11 +534,19 @@ mod x86 {
     /// consecutive groups) are transposed into `Z0..Z3`, each holding one element of every
     /// group, then summed.
     ///
+    /// With `ALL` false, the leaves that are elements of `y` ([`crate::engine::correlate::
+    /// DIRECT_LEAVES`]) are not written.
+    ///
     /// # Safety
     /// The CPU must support `avx2`; `y` must hold `64 * steps` coefficients and `out` nine
     /// leaves of `16 * steps` at `stride`.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn leaves_avx2(y: &[u16], out: &mut [u16], stride: usize, steps: usize) {
+    pub unsafe fn leaves_avx2<const ALL: bool>(
+        y: &[u16],
+        out: &mut [u16],
+        stride: usize,
+        steps: usize,
+    ) {
         use core::arch::x86_64::*;
         let src = y.as_ptr() as *const __m256i;
         let dst = out.as_mut_ptr();
@@ -476,7 +582,9 @@ mod x86 {
                     z0,
                 ];
                 for (s, v) in leaves.into_iter().enumerate() {
-                    _mm256_storeu_si256(dst.add(s * stride + 16 * i) as *mut __m256i, v);
+                    if ALL || DIRECT_LEAVES[s].is_none() {
+                        _mm256_storeu_si256(dst.add(s * stride + 16 * i) as *mut __m256i, v);
+                    }
                 }
             }
         }
@@ -490,50 +598,66 @@ mod tests {
     use rand_core::{RngCore, SeedableRng};
 
     /// Every tile adds the wrapping dot products of its rows to non-zero accumulators, with
-    /// database rows in place (stride above the length) and the extreme value -32768 whose
-    /// pair of products overflows i32.
-    fn check<const P: usize, const D: usize>(tile: impl Fn(&[u16], &[u16], usize, &mut Acc<P, D>)) {
+    /// database rows in place (stride above the length), in couples of every width the
+    /// tile takes, with an odd last pair, and with the extreme value -32768 whose pair of
+    /// products overflows i32.
+    fn check<const P: usize, const D: usize>(
+        tile: impl Fn(&[u16], &[u16], usize, usize, &mut Acc<P, D>),
+        couples: &[usize],
+    ) {
         let mut rng = ChaCha20Rng::seed_from_u64(7);
-        let (len, stride) = (128, 200);
-        let mut q: Vec<u16> = (0..P * len).map(|_| rng.next_u32() as u16).collect();
-        let mut d: Vec<u16> = (0..(D - 1) * stride + len)
-            .map(|_| rng.next_u32() as u16)
-            .collect();
-        q[..4].fill(0x8000);
-        d[..4].fill(0x8000);
-        let start = |i: usize, j: usize| (i * 31 + j * 7) as i32 - 50;
-        let mut acc = [[0i32; P]; D];
-        for (j, row) in acc.iter_mut().enumerate() {
-            for (i, a) in row.iter_mut().enumerate() {
-                *a = start(i, j);
+        let shapes = couples.iter().flat_map(|&c| [(128, c), (126, c)]);
+        for (len, couple) in shapes {
+            let pairs = len / 2;
+            let span = pair_at(pairs - 1, couple) + 2;
+            let stride = span + 72;
+            let mut q: Vec<u16> = (0..P * len).map(|_| rng.next_u32() as u16).collect();
+            let mut d: Vec<u16> = (0..(D - 1) * stride + span)
+                .map(|_| rng.next_u32() as u16)
+                .collect();
+            q[..4].fill(0x8000);
+            d[..4].fill(0x8000);
+            let start = |i: usize, j: usize| (i * 31 + j * 7) as i32 - 50;
+            let mut acc = [[0i32; P]; D];
+            for (j, row) in acc.iter_mut().enumerate() {
+                for (i, a) in row.iter_mut().enumerate() {
+                    *a = start(i, j);
+                }
             }
-        }
-        tile(
-            &crate::engine::cpu::interleave(&q, len, P),
-            &d,
-            stride,
-            &mut acc,
-        );
-        for (j, row) in acc.iter().enumerate() {
-            for (i, &a) in row.iter().enumerate() {
-                let expected = (0..len).fold(start(i, j), |s, k| {
-                    s.wrapping_add(
-                        i32::from(q[i * len + k] as i16) * i32::from(d[j * stride + k] as i16),
-                    )
-                });
-                assert_eq!(a, expected, "query {i} database {j}");
+            tile(
+                &crate::engine::cpu::interleave(&q, len, P),
+                &d,
+                stride,
+                couple,
+                &mut acc,
+            );
+            for (j, row) in acc.iter().enumerate() {
+                for (i, &a) in row.iter().enumerate() {
+                    let expected = (0..len).fold(start(i, j), |s, k| {
+                        let at = j * stride + pair_at(k / 2, couple) + k % 2;
+                        s.wrapping_add(i32::from(q[i * len + k] as i16) * i32::from(d[at] as i16))
+                    });
+                    assert_eq!(a, expected, "query {i} database {j}, {len} by {couple}");
+                }
             }
         }
     }
 
     #[test]
     fn every_tile_adds_the_dot_products_of_its_rows() {
-        check::<SCALAR_P, SCALAR_D>(tile_scalar);
+        let couples = [CONTIGUOUS, crate::engine::correlate::DIRECT_COUPLE];
+        check::<SCALAR_P, SCALAR_D>(tile_scalar, &couples);
         if let Some(cpu) = Avx512Vnni::detect() {
-            check(|q, d, s, acc| tile_avx512_vnni(cpu, q, d, s, acc));
+            check(
+                |q, d, s, c, acc| tile_avx512_vnni(cpu, q, d, s, c, acc),
+                &couples,
+            );
         }
         if let Some(cpu) = Avx2::detect() {
-            check(|q, d, s, acc| tile_avx2(cpu, q, d, s, acc));
+            check(
+                |q, d, s, _, acc| tile_avx2(cpu, q, d, s, acc),
+                &[CONTIGUOUS],
+            );
         }
     }
 }
