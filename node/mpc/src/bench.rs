@@ -18,7 +18,7 @@ pub mod plaintext;
 use crate::compare::{match_bits, or_blocks};
 use crate::db::{MatchDb, Part};
 use crate::dot::DotEngine;
-use crate::engine::{mac_peak, CpuEngine, Kernel};
+use crate::engine::{mac_peak, CpuEngine, Kernel, MacPeak};
 use crate::local::{additive_u16, run_three};
 use crate::pipeline::{evaluate, PairRules, PipelineConfig, PipelineRequest, Target};
 use crate::process::{cpu_seconds, resident_bytes};
@@ -267,8 +267,11 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         })
         .fold(f64::INFINITY, f64::min);
     let dot_rate = (rows * n) as f64 / dot_seconds;
-    let mac_fraction =
-        peak.map(|p| dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / p.macs_per_second);
+    let dot_macs = dot_rate * (CODE_COEFS + MASK_COEFS) as f64;
+    // The fraction of a peak (`mac_peak`, or the accumulating one) some multiply-adds reach.
+    let of = |peak: Option<MacPeak>, macs_per_second: f64| {
+        peak.map(|p| macs_per_second / p.macs_per_second)
+    };
     drop((queries_code, queries_mask, db_code, db_mask, out));
 
     progress("dot-product phase, rotation groups");
@@ -297,7 +300,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let rotations_macs = (engine.rotation_macs(q, CODE_COEFS) + engine.rotation_macs(q, MASK_COEFS))
         as f64
         / rows as f64;
-    let rotations_fraction = peak.map(|p| rotations_rate * rotations_macs / p.macs_per_second);
+    let rotations_macs_per_second = rotations_rate * rotations_macs;
     drop((share_db, prepared, out));
 
     progress("comparison phase");
@@ -388,7 +391,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         dot_per_party_core: dot_rate,
         dot_rotations_per_party_core: rotations_rate,
         dot_rotations_macs_per_comparison: rotations_macs,
-        dot_rotations_mac_fraction: rotations_fraction,
+        dot_rotations_mac_fraction: of(peak, rotations_macs_per_second),
         dot_chunk: engine_chunk,
         compare_per_party_core: compare_rate,
         pipeline_per_party_core: pipeline_rate,
@@ -396,12 +399,10 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         plaintext_kernel: plain_kernel.name(),
         resident_bytes_per_enrolled: resident,
         mac_peak: peak.map(|p| p.macs_per_second),
-        mac_peak_fraction: mac_fraction,
+        mac_peak_fraction: of(peak, dot_macs),
         mac_accumulate_peak: accumulate.map(|p| p.macs_per_second),
-        mac_accumulate_fraction: accumulate
-            .map(|p| dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / p.macs_per_second),
-        dot_rotations_accumulate_fraction: accumulate
-            .map(|p| rotations_rate * rotations_macs / p.macs_per_second),
+        mac_accumulate_fraction: of(accumulate, dot_macs),
+        dot_rotations_accumulate_fraction: of(accumulate, rotations_macs_per_second),
         clock_hz: clock,
         plaintext_over_pipeline: plain_rate / pipeline_rate,
         bytes_per_comparison: bytes,
