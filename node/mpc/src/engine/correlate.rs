@@ -44,13 +44,13 @@ pub const fn leaf_len(len: usize) -> usize {
 }
 
 /// One level on a query sequence set (chunks of `n` elements): the three halves `A`, `B`,
-/// `C` of the module's table, each in chunks of `n / 2` elements, appended to `out`.
-fn split_query(x: &[u16], n: usize, out: [&mut Vec<u16>; 3]) {
+/// `C` of the module's table, each in chunks of `n / 2` elements, into `out` (each half as
+/// long as `x`).
+fn split_query(x: &[u16], n: usize, out: [&mut [u16]; 3]) {
     let groups = <[[u16; ELEMENT]]>::ref_from_bytes(x.as_bytes()).expect("aligned as u16");
     let [a, b, c] = out.map(|v| {
-        let at = v.len();
-        v.resize(at + x.len() / 2, 0);
-        <[[u16; ELEMENT]]>::mut_from_bytes(v[at..].as_mut_bytes()).expect("aligned as u16")
+        assert_eq!(v.len(), x.len() / 2);
+        <[[u16; ELEMENT]]>::mut_from_bytes(v.as_mut_bytes()).expect("aligned as u16")
     });
     let halves = a
         .chunks_exact_mut(n / 2)
@@ -68,23 +68,25 @@ fn split_query(x: &[u16], n: usize, out: [&mut Vec<u16>; 3]) {
     }
 }
 
-/// The nine leaves of a query vector (a whole number of chunks), each `leaf_len` long, in
-/// leaf order.
-pub fn query_leaves(x: &[u16]) -> [Vec<u16>; LEAVES] {
+/// The nine leaves of a query vector (a whole number of chunks) into `out`, leaf `s` at
+/// `s * leaf_len(x.len())`.
+pub fn query_leaves(x: &[u16], out: &mut [u16]) {
     assert_eq!(x.len() % CHUNK_COEFS, 0);
-    let half = x.len() / 2;
-    let mut first: [Vec<u16>; 3] = core::array::from_fn(|_| Vec::with_capacity(half));
-    let [a, b, c] = &mut first;
+    let n = leaf_len(x.len());
+    assert_eq!(out.len(), LEAVES * n);
+    let mut first = zeroize::Zeroizing::new(vec![0u16; 3 * 2 * n]);
+    let [a, b, c] = three(&mut first);
     split_query(x, ELEMENTS, [a, b, c]);
-    let mut leaves: [Vec<u16>; LEAVES] = core::array::from_fn(|_| Vec::with_capacity(half / 2));
-    for (i, parent) in first.iter().enumerate() {
-        let [a, b, c] = &mut leaves[3 * i..3 * i + 3] else {
-            unreachable!("three leaves per branch")
-        };
-        split_query(parent, ELEMENTS / 2, [a, b, c]);
+    for (parent, leaves) in first.chunks_exact(2 * n).zip(out.chunks_exact_mut(3 * n)) {
+        split_query(parent, ELEMENTS / 2, three(leaves));
     }
-    zeroize::Zeroize::zeroize(&mut first);
-    leaves
+}
+
+/// `v` in three equal parts.
+fn three(v: &mut [u16]) -> [&mut [u16]; 3] {
+    let (a, rest) = v.split_at_mut(v.len() / 3);
+    let (b, c) = rest.split_at_mut(a.len());
+    [a, b, c]
 }
 
 /// `leaf` rotated by `lag` elements along each of its chunks (`ELEMENTS / 4` elements):
@@ -96,6 +98,57 @@ pub fn rotate_leaf(src: &[u16], lag: i32, dst: &mut [u16]) {
 /// The lag of leaf row `i` (`0..LEAF_LAGS`).
 pub fn leaf_lag(i: usize) -> i32 {
     LOWEST_LEAF_LAG + i as i32
+}
+
+/// One panel of lagged leaf rows, written as the engine's panels lay rows out (coefficient
+/// pair `k` of every row side by side, `p` rows, then pair `k + 1`): row `r` is
+/// `leaf(r / LEAF_LAGS)` rotated by `leaf_lag(r % LEAF_LAGS)` ([`rotate_leaf`]), for `r` in
+/// `0..rows`; the rows after `rows` are left as they are (the zero padding). The rotations
+/// are read straight from the leaves, without rotated copies in between.
+pub fn lagged_panel<'a>(
+    leaf: impl Fn(usize) -> &'a [u16],
+    rows: usize,
+    p: usize,
+    panel: &mut [u16],
+) {
+    assert!(rows <= p && rows.is_multiple_of(LEAF_LAGS) && p.is_multiple_of(LEAF_LAGS));
+    // In coefficient pairs: a rotation runs along cycles of `cycle` pairs and moves `half`
+    // pairs per element of lag.
+    const HALF: usize = ELEMENT / 2;
+    const CYCLE: usize = ELEMENTS / 4 * HALF;
+    // Row `i` of a leaf's eight is `src[k - HALF * lag_i]`: from `src[k - TRAIL]` (the
+    // highest lag) to `src[k + LEAD]` (the lowest), a window of `SPAN` pairs.
+    const LEAD: usize = HALF * LOWEST_LEAF_LAG.unsigned_abs() as usize;
+    const TRAIL: usize = HALF * (LEAF_LAGS - 1) - LEAD;
+    const SPAN: usize = LEAD + TRAIL + 1;
+    let pairs = <[[u16; 2]]>::mut_from_bytes(panel.as_mut_bytes()).expect("aligned as u16");
+    assert_eq!(pairs.len() % (CYCLE * p), 0, "whole cycles");
+    let bases = rows / LEAF_LAGS;
+    // Each base's cycle, extended on both sides so that every window is one run:
+    // `ext[j] = src[j - TRAIL]` along the cycle.
+    let mut ext = vec![[0u16; 2]; bases * (CYCLE + SPAN - 1)];
+    for (c, block) in pairs.chunks_exact_mut(CYCLE * p).enumerate() {
+        for (b, e) in ext.chunks_exact_mut(CYCLE + SPAN - 1).enumerate() {
+            let src = <[[u16; 2]]>::ref_from_bytes(leaf(b).as_bytes()).expect("aligned as u16");
+            let src = &src[CYCLE * c..CYCLE * (c + 1)];
+            e[..TRAIL].copy_from_slice(&src[CYCLE - TRAIL..]);
+            e[TRAIL..TRAIL + CYCLE].copy_from_slice(src);
+            e[TRAIL + CYCLE..].copy_from_slice(&src[..LEAD]);
+        }
+        // Written in order: pair `k` of the eight rows of each base, side by side.
+        for (k, step) in block.chunks_exact_mut(p).enumerate() {
+            for (group, e) in step
+                .chunks_exact_mut(LEAF_LAGS)
+                .zip(ext.chunks_exact(CYCLE + SPAN - 1))
+            {
+                let window: &[[u16; 2]; SPAN] =
+                    e[k..k + SPAN].try_into().expect("a window of the cycle");
+                let group: &mut [[u16; 2]; LEAF_LAGS] = group.try_into().expect("eight rows");
+                *group = core::array::from_fn(|i| window[SPAN - 1 - HALF * i]);
+            }
+        }
+    }
+    zeroize::Zeroize::zeroize(ext.as_mut_bytes());
 }
 
 /// The leaves of a database row that are its own elements, `z_r` for leaf `s` at `[s] ==
@@ -206,6 +259,42 @@ mod tests {
         (0..n).map(|_| rng.next_u32() as u16).collect()
     }
 
+    /// A panel written from the leaves holds the leaves' rotations as `rotate_leaf` makes
+    /// them, interleaved as the engine lays out rows; whole and part panels of every kernel's
+    /// width, the padding left untouched.
+    #[test]
+    fn lagged_panels_are_the_rotated_leaves_interleaved() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+        for (len, p, rows) in [
+            (CHUNK_COEFS, 8, 8),
+            (sdk_orb::MASK_COEFS, 16, 8),
+            (sdk_orb::CODE_COEFS, 32, 32),
+            (sdk_orb::CODE_COEFS, 32, 24),
+        ] {
+            let n = leaf_len(len);
+            let leaves: Vec<Vec<u16>> =
+                (0..rows / LEAF_LAGS).map(|_| random(&mut rng, n)).collect();
+            let mut panel = vec![0xA5A5u16; p * n];
+            lagged_panel(|b| &leaves[b], rows, p, &mut panel);
+            let mut row = vec![0u16; n];
+            for r in 0..p {
+                if r < rows {
+                    rotate_leaf(&leaves[r / LEAF_LAGS], leaf_lag(r % LEAF_LAGS), &mut row);
+                } else {
+                    row.fill(0xA5A5);
+                }
+                for k in 0..n / 2 {
+                    let at = 2 * (k * p + r);
+                    assert_eq!(
+                        panel[at..at + 2],
+                        row[2 * k..2 * k + 2],
+                        "{len}, {p}, row {r}, pair {k}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Both ways of making a database row's leaves agree.
     #[test]
     fn database_leaves_agree() {
@@ -264,15 +353,17 @@ mod tests {
                 })
                 .collect();
 
-            let q = query_leaves(&x);
             let n = leaf_len(len);
+            let mut leaves = vec![0u16; LEAVES * n];
+            query_leaves(&x, &mut leaves);
+            let q: Vec<&[u16]> = leaves.chunks_exact(n).collect();
             let mut d = vec![0u16; LEAVES * n];
             db_leaves(&y, &mut d, n, true);
             let mut lagged = vec![0u16; n];
             let mut results = [[0u16; LEAF_LAGS]; LEAVES];
             for (s, row) in results.iter_mut().enumerate() {
                 for (i, v) in row.iter_mut().enumerate() {
-                    rotate_leaf(&q[s], leaf_lag(i), &mut lagged);
+                    rotate_leaf(q[s], leaf_lag(i), &mut lagged);
                     *v = dot(&d[s * n..(s + 1) * n], &lagged);
                 }
             }

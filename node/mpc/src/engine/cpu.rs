@@ -153,12 +153,6 @@ impl Kernel {
 pub(crate) fn interleave(q: &[u16], len: usize, p: usize) -> ScratchVec {
     let panels = (q.len() / len).div_ceil(p);
     let mut out = ScratchVec::zeroed(panels * p * len);
-    interleave_into(q, len, p, &mut out);
-    out
-}
-
-/// [`interleave`] into `out` (zeros, `(q.len() / len).div_ceil(p) * p * len` long).
-fn interleave_into(q: &[u16], len: usize, p: usize, out: &mut [u16]) {
     out.par_chunks_mut(p * len)
         .zip(q.par_chunks(p * len))
         .for_each(|(panel, rows)| {
@@ -172,6 +166,7 @@ fn interleave_into(q: &[u16], len: usize, p: usize, out: &mut [u16]) {
                 }
             }
         });
+    out
 }
 
 /// The loop nest around a `P` x `D` tile: slabs of query panels, each against the whole
@@ -283,8 +278,8 @@ fn place_blocks(blocks: Vec<Block>, nd: usize, out: &mut [u16]) {
 }
 
 /// The loop nest of the correlated layout around a `P` x `D` tile: `panels` holds the nine
-/// leaves' query panels (`bases` queries' eight lags each, [`interleave`]d), `db` the rows;
-/// `chunk` is the engine's chunk.
+/// leaves' query panels (`bases` queries' eight lags each, laid out as [`interleave`] does,
+/// by [`correlate::lagged_panel`]), `db` the rows; `chunk` is the engine's chunk.
 ///
 /// Work items, run in parallel, are a slab of query panels (at most [`SLAB_LEAF_ROWS`] leaf
 /// rows) against a task of database rows. An item walks the leaf length in chunks: the
@@ -685,25 +680,23 @@ impl DotEngine for CpuEngine {
         let leaf_rows = bases * LEAF_LAGS;
         let stride = leaf_rows.div_ceil(p) * p * n;
         let mut data = ScratchVec::zeroed(LEAVES * stride);
+        // Every query's nine leaves, leaf `s` of query `b` at `(b * LEAVES + s) * n`.
+        let mut leaves = ScratchVec::zeroed(bases * LEAVES * n);
         self.install(|| {
-            let leaves: Vec<[Vec<u16>; LEAVES]> = queries
-                .par_chunks(len)
-                .map(correlate::query_leaves)
-                .collect();
-            let mut lagged = ScratchVec::zeroed(leaf_rows * n);
+            leaves
+                .par_chunks_mut(LEAVES * n)
+                .zip(queries.par_chunks(len))
+                .for_each(|(out, x)| correlate::query_leaves(x, out));
+            let leaf = |b: usize, s: usize| &leaves[(b * LEAVES + s) * n..][..n];
             for (s, panels) in data.chunks_exact_mut(stride).enumerate() {
-                lagged
-                    .par_chunks_mut(LEAF_LAGS * n)
-                    .zip(&leaves)
-                    .for_each(|(rows, leaves)| {
-                        for (i, row) in rows.chunks_exact_mut(n).enumerate() {
-                            correlate::rotate_leaf(&leaves[s], correlate::leaf_lag(i), row);
-                        }
+                panels
+                    .par_chunks_mut(p * n)
+                    .enumerate()
+                    .for_each(|(j, panel)| {
+                        let first = j * p / LEAF_LAGS;
+                        let rows = (leaf_rows - j * p).min(p);
+                        correlate::lagged_panel(|b| leaf(first + b, s), rows, p, panel);
                     });
-                interleave_into(&lagged, n, p, panels);
-            }
-            for mut l in leaves {
-                zeroize::Zeroize::zeroize(&mut l);
             }
         });
         PreparedQueries {
