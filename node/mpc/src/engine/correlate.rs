@@ -112,7 +112,7 @@ pub fn lagged_panel<'a>(
     panel: &mut [u16],
 ) {
     assert!(rows <= p && rows.is_multiple_of(LEAF_LAGS) && p.is_multiple_of(LEAF_LAGS));
-    // In coefficient pairs: a rotation runs along cycles of `cycle` pairs and moves `half`
+    // In coefficient pairs: a rotation runs along cycles of `CYCLE` pairs and moves `HALF`
     // pairs per element of lag.
     const HALF: usize = ELEMENT / 2;
     const CYCLE: usize = ELEMENTS / 4 * HALF;
