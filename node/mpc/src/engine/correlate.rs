@@ -75,8 +75,7 @@ pub fn query_leaves(x: &[u16], out: &mut [u16]) {
     let n = leaf_len(x.len());
     assert_eq!(out.len(), LEAVES * n);
     let mut first = zeroize::Zeroizing::new(vec![0u16; 3 * 2 * n]);
-    let [a, b, c] = three(&mut first);
-    split_query(x, ELEMENTS, [a, b, c]);
+    split_query(x, ELEMENTS, three(&mut first));
     for (parent, leaves) in first.chunks_exact(2 * n).zip(out.chunks_exact_mut(3 * n)) {
         split_query(parent, ELEMENTS / 2, three(leaves));
     }
@@ -121,14 +120,16 @@ pub fn lagged_panel<'a>(
     const LEAD: usize = HALF * LOWEST_LEAF_LAG.unsigned_abs() as usize;
     const TRAIL: usize = HALF * (LEAF_LAGS - 1) - LEAD;
     const SPAN: usize = LEAD + TRAIL + 1;
+    // A cycle with the pairs its windows read past either end.
+    const EXTENDED: usize = TRAIL + CYCLE + LEAD;
     let pairs = <[[u16; 2]]>::mut_from_bytes(panel.as_mut_bytes()).expect("aligned as u16");
     assert_eq!(pairs.len() % (CYCLE * p), 0, "whole cycles");
     let bases = rows / LEAF_LAGS;
     // Each base's cycle, extended on both sides so that every window is one run:
     // `ext[j] = src[j - TRAIL]` along the cycle.
-    let mut ext = vec![[0u16; 2]; bases * (CYCLE + SPAN - 1)];
+    let mut ext = vec![[0u16; 2]; bases * (EXTENDED)];
     for (c, block) in pairs.chunks_exact_mut(CYCLE * p).enumerate() {
-        for (b, e) in ext.chunks_exact_mut(CYCLE + SPAN - 1).enumerate() {
+        for (b, e) in ext.chunks_exact_mut(EXTENDED).enumerate() {
             let src = <[[u16; 2]]>::ref_from_bytes(leaf(b).as_bytes()).expect("aligned as u16");
             let src = &src[CYCLE * c..CYCLE * (c + 1)];
             e[..TRAIL].copy_from_slice(&src[CYCLE - TRAIL..]);
@@ -139,7 +140,7 @@ pub fn lagged_panel<'a>(
         for (k, step) in block.chunks_exact_mut(p).enumerate() {
             for (group, e) in step
                 .chunks_exact_mut(LEAF_LAGS)
-                .zip(ext.chunks_exact(CYCLE + SPAN - 1))
+                .zip(ext.chunks_exact(EXTENDED))
             {
                 let window: &[[u16; 2]; SPAN] =
                     e[k..k + SPAN].try_into().expect("a window of the cycle");
