@@ -1,16 +1,22 @@
-//! The in-memory view of pending requests: arrival order, digest, and which
-//! batch proposal (if any) reserved each one. The durable copy is the store.
+//! The in-memory view of pending requests: arrival order, digest, which
+//! batch proposal (if any) reserved each one, and, for a bounded number of
+//! them, this party's shares as the intake opened them. The durable copy is
+//! the store, which holds the sealed envelope.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::ids::{EnvelopeDigest, RequestId};
+use crate::shares::StoredShares;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct Entry {
     seq: u64,
     digest: EnvelopeDigest,
     received_ms: u64,
     reserved: Option<u64>,
+    /// Opened at intake, so evaluating and applying the request need not open its envelope
+    /// again; zeroized when the request leaves the queue.
+    opened: Option<StoredShares>,
 }
 
 /// A pending request as the batch logic sees it.
@@ -30,14 +36,34 @@ pub struct PendingQueue {
     order: BTreeMap<u64, RequestId>,
     entries: HashMap<RequestId, Entry>,
     next_seq: u64,
+    /// Most entries that keep their opened shares (0: none; see [`Self::keeping_opened`]).
+    opened_limit: usize,
+    opened_count: usize,
 }
 
 impl PendingQueue {
-    /// Adds a request (no-op if present).
-    pub fn push(&mut self, id: RequestId, digest: EnvelopeDigest, received_ms: u64) {
+    /// A queue that keeps the opened shares of up to `limit` pending requests (about 77 KB
+    /// each); requests beyond that are opened again from the store when a batch runs them.
+    pub fn keeping_opened(limit: usize) -> Self {
+        Self {
+            opened_limit: limit,
+            ..Self::default()
+        }
+    }
+
+    /// Adds a request (no-op if present), keeping `opened` while fewer than the limit are kept.
+    pub fn push(
+        &mut self,
+        id: RequestId,
+        digest: EnvelopeDigest,
+        received_ms: u64,
+        opened: Option<StoredShares>,
+    ) {
         if self.entries.contains_key(&id) {
             return;
         }
+        let opened = opened.filter(|_| self.opened_count < self.opened_limit);
+        self.opened_count += usize::from(opened.is_some());
         let seq = self.next_seq;
         self.next_seq += 1;
         self.order.insert(seq, id);
@@ -48,15 +74,22 @@ impl PendingQueue {
                 digest,
                 received_ms,
                 reserved: None,
+                opened,
             },
         );
     }
 
-    /// Removes a request.
+    /// Removes a request (its kept shares are zeroized as they drop).
     pub fn remove(&mut self, id: &RequestId) {
         if let Some(e) = self.entries.remove(id) {
             self.order.remove(&e.seq);
+            self.opened_count -= usize::from(e.opened.is_some());
         }
+    }
+
+    /// A copy of the shares kept for pending request `id`, if any.
+    pub fn opened(&self, id: &RequestId) -> Option<StoredShares> {
+        self.entries.get(id).and_then(|e| e.opened.clone())
     }
 
     /// Whether `id` is pending.
@@ -138,9 +171,14 @@ mod tests {
     fn order_reservation_expiry() {
         let mut q = PendingQueue::default();
         for i in 0..5u8 {
-            q.push(RequestId([i; 16]), EnvelopeDigest([i; 32]), u64::from(i));
+            q.push(
+                RequestId([i; 16]),
+                EnvelopeDigest([i; 32]),
+                u64::from(i),
+                None,
+            );
         }
-        q.push(RequestId([0; 16]), EnvelopeDigest([9; 32]), 100);
+        q.push(RequestId([0; 16]), EnvelopeDigest([9; 32]), 100, None);
         assert_eq!(q.len(), 5);
         assert_eq!(q.digest(&RequestId([0; 16])), Some(EnvelopeDigest([0; 32])));
         let o = q.oldest(2);
@@ -151,5 +189,55 @@ mod tests {
         assert_eq!(q.expired(3).len(), 3);
         q.remove(&RequestId([0; 16]));
         assert_eq!(q.oldest(10).len(), 4);
+    }
+
+    fn shares(byte: u8) -> StoredShares {
+        StoredShares::try_from(&vec![byte; crate::shares::ENTRY_BYTES][..]).expect("entry length")
+    }
+
+    #[test]
+    fn opened_shares_are_kept_up_to_the_limit_and_leave_with_their_request() {
+        let mut q = PendingQueue::keeping_opened(2);
+        for i in 0..3u8 {
+            q.push(
+                RequestId([i; 16]),
+                EnvelopeDigest([i; 32]),
+                0,
+                Some(shares(i)),
+            );
+        }
+        assert!(q.opened(&RequestId([0; 16])) == Some(shares(0)));
+        assert!(q.opened(&RequestId([1; 16])) == Some(shares(1)));
+        assert!(q.opened(&RequestId([2; 16])).is_none(), "over the limit");
+        // A request already queued keeps what it has.
+        q.push(
+            RequestId([2; 16]),
+            EnvelopeDigest([2; 32]),
+            0,
+            Some(shares(2)),
+        );
+        assert!(q.opened(&RequestId([2; 16])).is_none());
+        q.remove(&RequestId([0; 16]));
+        assert!(q.opened(&RequestId([0; 16])).is_none());
+        q.push(
+            RequestId([3; 16]),
+            EnvelopeDigest([3; 32]),
+            0,
+            Some(shares(3)),
+        );
+        assert!(
+            q.opened(&RequestId([3; 16])) == Some(shares(3)),
+            "room again"
+        );
+        q.push(
+            RequestId([4; 16]),
+            EnvelopeDigest([4; 32]),
+            0,
+            Some(shares(4)),
+        );
+        assert!(q.opened(&RequestId([4; 16])).is_none());
+        assert!(PendingQueue::default()
+            .opened(&RequestId([0; 16]))
+            .is_none());
     }
 }

@@ -271,7 +271,8 @@ struct Held {
     missing: Vec<(RequestId, Vec<u8>)>,
 }
 
-/// Reads and opens the committed requests from the store.
+/// The committed requests as this node holds them: the shares the pending queue kept from
+/// intake, or else the stored envelope opened again.
 fn read_committed(state: &NodeState, commit: &BatchCommit) -> Result<Held, ApplyError> {
     let mut held = Held {
         eval: Vec::new(),
@@ -280,25 +281,34 @@ fn read_committed(state: &NodeState, commit: &BatchCommit) -> Result<Held, Apply
     };
     for id in committed_ids(commit) {
         let rec = state.store.request(&id)?;
-        let env = state.store.envelope(&id)?;
-        match (rec, env) {
-            (Some(rec), Some(env)) if rec.state() == Some(RequestState::Pending) => {
-                match state.intake.reopen(&env) {
-                    Ok(shares) => match eval_request(id, &rec, shares) {
-                        Some(request) => {
-                            held.eval.push(request);
-                            held.records.push((id, rec));
-                        }
-                        None => {
-                            tracing::error!(request_id = %id, "stored request has an unknown type");
-                            held.missing.push((id, rec.digest));
-                        }
-                    },
-                    Err(e) => {
-                        tracing::error!(request_id = %id, error = %e.message, "stored envelope no longer opens");
-                        held.missing.push((id, rec.digest));
-                    }
+        // Shares the intake kept for a pending request; otherwise its envelope opened again.
+        let opened = match &rec {
+            Some(rec) if rec.state() == Some(RequestState::Pending) => {
+                let kept = state.queue().opened(&id);
+                match kept {
+                    Some(shares) => Some(Ok(shares)),
+                    None => state
+                        .store
+                        .envelope(&id)?
+                        .map(|env| state.intake.reopen(&env)),
                 }
+            }
+            _ => None,
+        };
+        match (rec, opened) {
+            (Some(rec), Some(Ok(shares))) => match eval_request(id, &rec, shares) {
+                Some(request) => {
+                    held.eval.push(request);
+                    held.records.push((id, rec));
+                }
+                None => {
+                    tracing::error!(request_id = %id, "stored request has an unknown type");
+                    held.missing.push((id, rec.digest));
+                }
+            },
+            (Some(rec), Some(Err(e))) => {
+                tracing::error!(request_id = %id, error = %e.message, "stored envelope no longer opens");
+                held.missing.push((id, rec.digest));
             }
             (rec, _) => {
                 tracing::error!(request_id = %id, batch_id = commit.batch_id, "committed request is not pending here");

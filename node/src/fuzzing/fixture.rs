@@ -356,7 +356,12 @@ fn tagged_input(tag: u8, m: &impl Message) -> Vec<u8> {
 pub(super) fn fixture_queue() -> PendingQueue {
     let mut q = PendingQueue::default();
     for p in peer_fixture::PENDING {
-        q.push(RequestId(p.id), EnvelopeDigest(p.digest), p.received_ms);
+        q.push(
+            RequestId(p.id),
+            EnvelopeDigest(p.digest),
+            p.received_ms,
+            None,
+        );
     }
     q
 }

@@ -172,7 +172,7 @@ impl OrbService for OrbApi {
             }
             let len = {
                 let mut q = st.queue();
-                q.push(accepted.id, accepted.digest, now);
+                q.push(accepted.id, accepted.digest, now, Some(accepted.shares));
                 q.len()
             };
             st.metrics
