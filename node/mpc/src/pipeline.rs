@@ -277,36 +277,53 @@ pub fn evaluate<C: Circuit>(
     // [request][..] OR accumulators: the plain pairs (privacy-max), then the mirrored pairs.
     let mut any_shared = circuit.zeros(2 * words_for(requests.len()));
 
-    if let Some(pass) = batch_pass(engine, db, requests, party) {
-        run_pass(
-            circuit,
-            pass,
-            requests,
-            config,
-            &mut results,
-            &mut any_shared,
-        )?;
-    }
-    if !scanning.is_empty() && !db.is_empty() {
-        let people: Vec<_> = scanning
-            .iter()
-            .map(|&(j, mirror)| (requests[j].shares, mirror))
-            .collect();
+    let scans = !scanning.is_empty() && !db.is_empty();
+    let people: Vec<_> = scanning
+        .iter()
+        .map(|&(j, mirror)| (requests[j].shares, mirror))
+        .collect();
+    let per_entry = scanning.len() * ROTATION_COUNT * 2;
+    let chunk = config
+        .chunk_entries
+        .min(config.max_pass_comparisons / per_entry.max(1))
+        .max(1);
+    let starts: Vec<usize> = (0..db.len()).step_by(chunk).collect();
+    let rows = |start: usize| start..(start + chunk).min(db.len());
+    // The database queries and the first database pass's dot products.
+    let open_scan = || {
         let queries = QueryMatrix::new(party, &people).prepare_all(engine);
-        let per_entry = scanning.len() * ROTATION_COUNT * 2;
-        let chunk = config
-            .chunk_entries
-            .min(config.max_pass_comparisons / per_entry)
-            .max(1);
-        let starts: Vec<usize> = (0..db.len()).step_by(chunk).collect();
+        let first = database_pass(engine, db, &scanning, &queries, rows(starts[0]));
+        (queries, first)
+    };
+    let overlap = overlaps_passes(engine);
+
+    let batch = batch_pass(engine, db, requests, party);
+    // The batch pass's rounds wait on the network while the database scan is set up.
+    let scan = std::thread::scope(|scope| -> Result<_, NetworkError> {
+        let ahead = (scans && overlap && batch.is_some()).then(|| scope.spawn(open_scan));
+        let ran = batch.map_or(Ok(()), |pass| {
+            run_pass(
+                circuit,
+                pass,
+                requests,
+                config,
+                &mut results,
+                &mut any_shared,
+            )
+        });
+        let opened = ahead.map(|handle| {
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        ran?;
+        Ok(opened)
+    })?;
+    if let Some((queries, first)) = scan.or_else(|| scans.then(open_scan)) {
         let (scanning, queries) = (&scanning, &queries);
-        let pass = |start: usize| {
-            let rows = start..(start + chunk).min(db.len());
-            database_pass(engine, db, scanning, queries, rows)
-        };
-        let overlap = overlaps_passes(engine);
+        let pass = |start: usize| database_pass(engine, db, scanning, queries, rows(start));
         std::thread::scope(|scope| -> Result<(), NetworkError> {
-            let mut next = Some(pass(starts[0]));
+            let mut next = Some(first);
             for i in 0..starts.len() {
                 let current = next.take().expect("each pass is computed before its turn");
                 let following = starts.get(i + 1).copied();
@@ -356,9 +373,9 @@ pub fn evaluate<C: Circuit>(
     Ok(results)
 }
 
-/// Whether a database pass's dot products may run beside the previous pass's comparison
-/// rounds: on the CPU they take the cores the rounds leave idle while they wait on the
-/// network; a GPU engine runs both on its device, one after the other.
+/// Whether a database pass's dot products (and the first one's query layout) may run beside
+/// the previous pass's comparison rounds: on the CPU they take the cores the rounds leave idle
+/// while they wait on the network; a GPU engine runs both on its device, one after the other.
 fn overlaps_passes(engine: &dyn DotEngine) -> bool {
     #[cfg(feature = "gpu")]
     if engine.as_gpu().is_some() {
