@@ -290,7 +290,7 @@ pub fn evaluate<C: Circuit>(
     let starts: Vec<usize> = (0..db.len()).step_by(chunk).collect();
     let rows = |start: usize| start..(start + chunk).min(db.len());
     // The database queries and the first database pass's dot products.
-    let open_scan = || {
+    let scan_setup = || {
         let queries = QueryMatrix::new(party, &people).prepare_all(engine);
         let first = database_pass(engine, db, &scanning, &queries, rows(starts[0]));
         (queries, first)
@@ -300,7 +300,7 @@ pub fn evaluate<C: Circuit>(
     let batch = batch_pass(engine, db, requests, party);
     // The batch pass's rounds wait on the network while the database scan is set up.
     let scan = std::thread::scope(|scope| -> Result<_, NetworkError> {
-        let ahead = (scans && overlap && batch.is_some()).then(|| scope.spawn(open_scan));
+        let ahead = (scans && overlap && batch.is_some()).then(|| scope.spawn(scan_setup));
         let ran = batch.map_or(Ok(()), |pass| {
             run_pass(
                 circuit,
@@ -311,15 +311,15 @@ pub fn evaluate<C: Circuit>(
                 &mut any_shared,
             )
         });
-        let opened = ahead.map(|handle| {
+        let set_up = ahead.map(|handle| {
             handle
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         });
         ran?;
-        Ok(opened)
+        Ok(set_up)
     })?;
-    if let Some((queries, first)) = scan.or_else(|| scans.then(open_scan)) {
+    if let Some((queries, first)) = scan.or_else(|| scans.then(scan_setup)) {
         let (scanning, queries) = (&scanning, &queries);
         let pass = |start: usize| database_pass(engine, db, scanning, queries, rows(start));
         std::thread::scope(|scope| -> Result<(), NetworkError> {
