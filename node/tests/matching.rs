@@ -188,6 +188,46 @@ async fn privacy_max_opens_only_whether_anything_matched() -> Res {
     cluster.shutdown().await
 }
 
+/// Batches of one keep the opened shares of four pending requests (`4 x batch.max_size`); eight
+/// re-captures submitted at once leave some without, whose envelopes are opened again from the
+/// store when their batch runs. Every one must still match its person.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_beyond_the_kept_shares_are_opened_again_and_decided_alike() -> Res {
+    let dir = tempfile::tempdir()?;
+    let batches_of_one = |t: &mut toml::Table| {
+        fast_batches(t);
+        if let Some(toml::Value::Table(b)) = t.get_mut("batch") {
+            b.insert("max_size".into(), 1.into());
+        }
+    };
+    let (deployment, listeners) = Deployment::open_or_create(dir.path(), &batches_of_one).await?;
+    let cluster = LocalCluster::start(&deployment, listeners).await?;
+    let orb = deployment.orb()?;
+    let mut rng = ChaCha20Rng::seed_from_u64(45);
+    let people: Vec<Person> = (0..4).map(|_| person(&mut rng)).collect();
+    let mut serials = Vec::new();
+    for p in &people {
+        let r = ask(&orb, RequestType::Uniqueness, 0, false, p).await?;
+        assert_eq!(status(&r), ResultStatus::UniqueEnrolled, "{}", r.detail);
+        serials.push(r.serial_id);
+    }
+    let recaptures: Vec<(usize, Person)> = (0..8)
+        .map(|k| (k % 4, recapture(&mut rng, &people[k % 4])))
+        .collect();
+    let answers = futures::future::join_all(
+        recaptures
+            .iter()
+            .map(|(_, p)| ask(&orb, RequestType::Uniqueness, 0, false, p)),
+    )
+    .await;
+    for ((i, _), r) in recaptures.iter().zip(answers) {
+        let r = r?;
+        assert_eq!(status(&r), ResultStatus::Match, "{}", r.detail);
+        assert_eq!(r.matched_serial_ids, vec![serials[*i]]);
+    }
+    cluster.shutdown().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn enrolled_data_survives_a_restart_of_the_cluster() -> Res {
     let dir = tempfile::tempdir()?;
