@@ -297,27 +297,24 @@ pub fn evaluate<C: Circuit>(
     };
     let overlap = overlaps_passes(engine);
 
+    let mut rounds = |pass| {
+        run_pass(
+            circuit,
+            pass,
+            requests,
+            config,
+            &mut results,
+            &mut any_shared,
+        )
+    };
     let batch = batch_pass(engine, db, requests, party);
     // The batch pass's rounds wait on the network while the database scan is set up.
-    let scan = std::thread::scope(|scope| -> Result<_, NetworkError> {
-        let ahead = (scans && overlap && batch.is_some()).then(|| scope.spawn(scan_setup));
-        let ran = batch.map_or(Ok(()), |pass| {
-            run_pass(
-                circuit,
-                pass,
-                requests,
-                config,
-                &mut results,
-                &mut any_shared,
-            )
-        });
-        let set_up = ahead.map(|handle| {
-            handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        });
-        ran?;
-        Ok(set_up)
+    let scan = std::thread::scope(|scope| {
+        beside(
+            scope,
+            (scans && overlap && batch.is_some()).then_some(scan_setup),
+            || batch.map_or(Ok(()), &mut rounds),
+        )
     })?;
     if let Some((queries, first)) = scan.or_else(|| scans.then(scan_setup)) {
         let (scanning, queries) = (&scanning, &queries);
@@ -331,22 +328,9 @@ pub fn evaluate<C: Circuit>(
                 // network.
                 let ahead = following
                     .filter(|_| overlap)
-                    .map(|start| scope.spawn(move || pass(start)));
-                let ran = run_pass(
-                    circuit,
-                    current,
-                    requests,
-                    config,
-                    &mut results,
-                    &mut any_shared,
-                );
-                let joined = ahead.map(|handle| {
-                    handle
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                });
-                ran?;
-                next = joined.or_else(|| following.map(pass));
+                    .map(|start| move || pass(start));
+                let computed = beside(scope, ahead, || rounds(current))?;
+                next = computed.or_else(|| following.map(pass));
             }
             Ok(())
         })?;
@@ -371,6 +355,24 @@ pub fn evaluate<C: Circuit>(
         }
     }
     Ok(results)
+}
+
+/// Runs `rounds` on this thread while `ahead` (if any) computes on a scoped thread, and returns
+/// what it computed once both are done; a panic there resumes here.
+fn beside<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    ahead: Option<impl FnOnce() -> T + Send + 'scope>,
+    rounds: impl FnOnce() -> Result<(), NetworkError>,
+) -> Result<Option<T>, NetworkError> {
+    let handle = ahead.map(|work| scope.spawn(work));
+    let ran = rounds();
+    let computed = handle.map(|handle| {
+        handle
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    });
+    ran?;
+    Ok(computed)
 }
 
 /// Whether a database pass's dot products (and the first one's query layout) may run beside
