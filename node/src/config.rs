@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// The largest gRPC message between two nodes, in bytes (the peer server and the peer
-/// clients both use it). One MPC round's message travels as one message.
+/// The largest message between two nodes, in bytes: a gRPC message of the peer service, or
+/// an MPC link's frame (`crate::links`), which carries one round's message whole.
 pub const PEER_MESSAGE_CAP: usize = 64 << 20;
 
-/// What an MPC frame adds around a round's payload (session id, round, field tags and
-/// lengths; a few dozen bytes), rounded up generously.
+/// What an MPC frame adds to a round's message (its 4-byte length), with room to spare.
 pub const MPC_FRAME_OVERHEAD: usize = 1024;
 
 /// The largest `matching.max_pass_comparisons` whose rounds fit in one peer message.

@@ -17,7 +17,7 @@ use std::path::Path;
 use prost::Message;
 use shared_proto::v1::{
     BatchAbort, BatchCommit, BatchCommitAck, BatchProposal, BatchVote, FetchBatchRequest,
-    GetResultRequest, MpcFrame, ResultStatus, StreamResultsRequest, SubmitRequest, Vote,
+    GetResultRequest, ResultStatus, StreamResultsRequest, SubmitRequest, Vote,
 };
 
 pub use self::fixture::{
@@ -62,11 +62,7 @@ pub fn peer_message(data: &[u8]) {
                 vote(v);
             }
         }
-        peer_tag::MPC_FRAME => {
-            if let Some(f) = decoded::<MpcFrame>(bytes) {
-                mpc_frame(f);
-            }
-        }
+        peer_tag::MPC_LINK => mpc_link(bytes),
         peer_tag::FETCH => {
             let _ = decoded::<FetchBatchRequest>(bytes);
         }
@@ -356,21 +352,33 @@ fn vote(v: BatchVote) {
     }
 }
 
-/// A frame of an MPC stream: the link keeps frames of its session, and a round's receive
-/// takes exactly the words it expects (every word type the protocol sends).
-fn mpc_frame(f: MpcFrame) {
-    let round = f.round as usize;
-    let Some(payload) = crate::links::frame_payload(peer_fixture::MPC_SESSION, f) else {
+/// What a dialer sends on an MPC link: the session id, then frames. Each frame's length is
+/// checked against the cap before its payload is taken, and a round's receive takes exactly
+/// the words it expects (every word type the protocol sends).
+fn mpc_link(bytes: &[u8]) {
+    use crate::links::{frame_header, frame_len, FRAME_HEADER};
+    let Some((session, mut rest)) = bytes.split_first_chunk::<8>() else {
         return;
     };
-    words::<u16>(&payload, round);
-    words::<u32>(&payload, round);
-    words::<u64>(&payload, round);
+    while let Some((header, after)) = rest.split_first_chunk::<FRAME_HEADER>() {
+        let Ok(len) = frame_len(*header) else {
+            return;
+        };
+        let Some((payload, after)) = after.split_at_checked(len) else {
+            return;
+        };
+        assert_eq!(frame_header(payload).ok(), Some(*header));
+        let expected = usize::from(session[0]);
+        words::<u16>(payload, expected);
+        words::<u32>(payload, expected);
+        words::<u64>(payload, expected);
+        rest = after;
+    }
 }
 
-fn words<W: Word + PartialEq + std::fmt::Debug>(payload: &[u8], round: usize) {
-    // As many words as fit, and the frame's round number as the expected count.
-    for n in [payload.len() / W::BYTES, round] {
+fn words<W: Word + PartialEq + std::fmt::Debug>(payload: &[u8], expected: usize) {
+    // As many words as fit, and a count the input picks.
+    for n in [payload.len() / W::BYTES, expected] {
         match words_of_round::<W>(Peer::Prev, n, payload) {
             Ok(w) => {
                 assert_eq!(w.len(), n);

@@ -200,14 +200,14 @@ impl MpcEvaluator {
             async move {
                 let party = peer.get();
                 if me < peer {
-                    let client = peers.client(party).ok_or(EvalError::NoClient(party))?;
-                    crate::links::dial(client, session).await
+                    let dialer = peers.mpc(party).ok_or(EvalError::NoClient(party))?;
+                    dialer.dial(session).await
                 } else {
                     hub.accept(session, party, timeout).await
                 }
                 .map_err(|e| EvalError::Link {
                     party,
-                    reason: e.message().to_owned(),
+                    reason: e.to_string(),
                 })
             }
         };

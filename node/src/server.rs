@@ -89,7 +89,8 @@ pub async fn run(
     let (orb_addr, peer_addr, metrics_addr) = listeners.addrs()?;
 
     let orb_api = OrbApi::new(state.clone());
-    let orb_incoming = crate::tls::incoming(listeners.orb, tls.orb_server.clone(), stop_rx.clone());
+    let orb_incoming =
+        crate::tls::incoming(listeners.orb, tls.orb_server.clone(), stop_rx.clone(), None);
     let mut orb_stop = stop_rx.clone();
     let orb_server = tokio::spawn(
         tonic::transport::Server::builder()
@@ -107,8 +108,21 @@ pub async fn run(
     );
 
     let peer_api = PeerApi::new(state.clone(), tls.peer_certs.clone());
-    let peer_incoming =
-        crate::tls::incoming(listeners.peer, tls.peer_server.clone(), stop_rx.clone());
+    let mpc_links: crate::tls::MpcHandler = {
+        let state = state.clone();
+        let certs = tls.peer_certs.clone();
+        Arc::new(move |conn| {
+            let state = state.clone();
+            let certs = certs.clone();
+            tokio::spawn(async move { crate::links::serve(&state.links, &certs, conn).await });
+        })
+    };
+    let peer_incoming = crate::tls::incoming(
+        listeners.peer,
+        tls.peer_server.clone(),
+        stop_rx.clone(),
+        Some(mpc_links),
+    );
     let (peer_stop_tx, mut peer_stop_rx) = watch::channel(false);
     let peer_server = tokio::spawn(
         tonic::transport::Server::builder()

@@ -53,6 +53,16 @@ pub enum TlsError {
     Verifier(String),
 }
 
+/// ALPN protocol of the MPC links on the peer port (`crate::links`); gRPC there is `h2`.
+pub const MPC_ALPN: &[u8] = b"ocelli-mpc/1";
+
+/// `peer_client` (a peer service client config) offering the MPC link protocol instead.
+pub fn mpc_client_config(peer_client: &ClientConfig) -> Arc<ClientConfig> {
+    let mut c = peer_client.clone();
+    c.alpn_protocols = vec![MPC_ALPN.to_vec()];
+    Arc::new(c)
+}
+
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -228,7 +238,7 @@ impl NodeTls {
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(pinned)
             .with_single_cert(chain.clone(), key.clone_key())?;
-        peer_server.alpn_protocols = vec![b"h2".to_vec()];
+        peer_server.alpn_protocols = vec![b"h2".to_vec(), MPC_ALPN.to_vec()];
 
         let mut peer_clients = HashMap::new();
         for (party, cert) in &peer_certs.0 {
@@ -436,14 +446,87 @@ impl ServerCertVerifier for PinnedServerVerifier {
     }
 }
 
+/// Takes the connections whose handshake chose the MPC link protocol ([`MPC_ALPN`]).
+pub type MpcHandler = Arc<dyn Fn(TlsStream<BufferedTcp>) + Send + Sync>;
+
+/// Bytes read from the socket at once under TLS.
+const SOCKET_READ_BUFFER: usize = 256 << 10;
+
+/// A TCP stream read through a buffer: rustls asks for at most 4 KiB per read, which on a
+/// bare socket is a system call per 4 KiB of round traffic.
+#[derive(Debug)]
+pub struct BufferedTcp(tokio::io::BufReader<TcpStream>);
+
+impl BufferedTcp {
+    /// Wraps `tcp`.
+    pub fn new(tcp: TcpStream) -> Self {
+        Self(tokio::io::BufReader::with_capacity(SOCKET_READ_BUFFER, tcp))
+    }
+}
+
+impl tokio::io::AsyncRead for BufferedTcp {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for BufferedTcp {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for BufferedTcp {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.0.get_ref().connect_info()
+    }
+}
+
 /// Accepts TCP connections and runs the TLS handshakes (each bounded by a
 /// timeout) off the accept loop; yields finished TLS streams until
-/// `shutdown` fires.
+/// `shutdown` fires, but hands those that chose the MPC link protocol to `mpc`.
 pub fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
-) -> tokio_stream::wrappers::ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+    mpc: Option<MpcHandler>,
+) -> tokio_stream::wrappers::ReceiverStream<Result<TlsStream<BufferedTcp>, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
     tokio::spawn(async move {
@@ -463,8 +546,15 @@ pub fn incoming(
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let tx = tx.clone();
+            let mpc = mpc.clone();
             tokio::spawn(async move {
+                let tcp = BufferedTcp::new(tcp);
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) if s.get_ref().1.alpn_protocol() == Some(MPC_ALPN) => {
+                        if let Some(take) = &mpc {
+                            take(s);
+                        }
+                    }
                     Ok(Ok(s)) => {
                         let _ = tx.send(Ok(s)).await;
                     }
@@ -512,8 +602,8 @@ pub fn channel(
         .map_err(|e| TlsError::Verifier(e.to_string()))?
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
-        // MPC rounds carry megabytes; HTTP/2's default 64 KiB windows would
-        // stall each one on flow-control round trips.
+        // Commits of large batches and recovery streams carry megabytes; HTTP/2's
+        // default 64 KiB windows would stall them on flow-control round trips.
         .initial_stream_window_size(Some(PEER_STREAM_WINDOW))
         .initial_connection_window_size(Some(PEER_CONNECTION_WINDOW));
     Ok(endpoint.connect_with_connector_lazy(svc))

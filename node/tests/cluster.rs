@@ -3,12 +3,14 @@
 #[path = "support/cluster.rs"]
 mod cluster;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster::{Cluster, Res};
 use ocelli_node::batch::{DangerEnrolEverythingForTests, NotEvaluated};
 use ocelli_node::client::{agree, verify_result};
+use ocelli_node::links::MpcDialer;
 use ocelli_node::node::now_ms;
 use ocelli_node::tls::NodeTls;
 use prost::Message;
@@ -312,28 +314,27 @@ async fn submit_concurrently(c: &Cluster, envs: &[Vec<u8>]) -> Res {
 async fn mpc_links_carry_bytes_both_ways_bound_to_the_peer_identity() -> Res {
     let mut c = Cluster::start(Arc::new(NotEvaluated)).await?;
     let timeout = Duration::from_secs(5);
-    let client = |from: usize, to: u8| -> Res<PeerServiceClient<_>> {
+    let dialer_to = |from: usize, to: u8, port: SocketAddr| -> Res<MpcDialer> {
         let tls = NodeTls::load(&c.configs[from])?;
-        let cfg = tls.peer_clients.get(&to).ok_or("no client")?.clone();
-        let ch = ocelli_node::tls::channel(
-            c.configs[to as usize].listen.peer,
-            "127.0.0.1",
-            cfg,
-            timeout,
-        )?;
-        Ok(PeerServiceClient::new(ch))
+        let cfg = tls.peer_clients.get(&to).ok_or("no client")?;
+        Ok(MpcDialer::new(to, port, "127.0.0.1", cfg, timeout)?)
     };
+    let peer_port = |to: u8| c.configs[to as usize].listen.peer;
     // Party 0 dials party 1 for session 42.
-    let dialer = ocelli_node::links::dial(&client(0, 1)?, 42).await?;
+    let dialer = dialer_to(0, 1, peer_port(1))?.dial(42).await?;
     let acceptor = c.state(1).links.accept(42, 0, timeout).await?;
     // Party 2 opening session 43 is not party 0's session 43.
-    let other = ocelli_node::links::dial(&client(2, 1)?, 43).await?;
+    let other = dialer_to(2, 1, peer_port(1))?.dial(43).await?;
     assert!(c
         .state(1)
         .links
         .accept(43, 0, Duration::from_millis(300))
         .await
         .is_err());
+    let from_2 = c.state(1).links.accept(43, 2, timeout).await?;
+    // The orb port does not speak the link protocol.
+    let orb_port = c.configs[1].listen.orb;
+    assert!(dialer_to(0, 1, orb_port)?.dial(44).await.is_err());
     const N: usize = 8;
     const SIZE: usize = 1 << 20;
     let started = Instant::now();
@@ -377,7 +378,10 @@ async fn mpc_links_carry_bytes_both_ways_bound_to_the_peer_identity() -> Res {
         SIZE / 1024,
         (N * SIZE) as f64 / 1048576.0 / secs
     );
+    // Either side closing ends the other's receiver.
     drop(other);
+    let closed = tokio::task::spawn_blocking(move || from_2.recv.recv_timeout(timeout)).await?;
+    assert_eq!(closed, Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
     c.stop_all().await?;
     Ok(())
 }

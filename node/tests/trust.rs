@@ -19,11 +19,11 @@ use ocelli_node::config::{
     max_pass_comparisons_allowed, ConfigError, NodeConfig, PEER_MESSAGE_CAP,
 };
 use ocelli_node::keys::{keygen, sample_config, KeygenOptions};
+use ocelli_node::links::MpcDialer;
 use ocelli_node::tls::NodeTls;
 use prost::Message;
 use sdk_orb::envelope::EnvelopeView;
 use sdk_orb::EnvelopeError;
-use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
     recorded_outcome, BatchCommit, GetResultRequest, HealthCheckRequest, NodeResult,
     RecordedOutcome, ResultStatus, StreamResultsRequest, SubmitRequest,
@@ -66,13 +66,10 @@ async fn largest_pass_fits_messages() -> Res {
     assert!(size > 60 << 20, "the bound is tight: {size}");
     let timeout = Duration::from_secs(10);
     let tls = NodeTls::load(&c.configs[0])?;
-    let cfg1 = tls.peer_clients.get(&1).ok_or("no client")?.clone();
-    let ch = ocelli_node::tls::channel(c.configs[1].listen.peer, "127.0.0.1", cfg1, timeout)?;
-    let dialer = ocelli_node::links::dial(
-        &PeerServiceClient::new(ch).max_encoding_message_size(PEER_MESSAGE_CAP),
-        77,
-    )
-    .await?;
+    let cfg1 = tls.peer_clients.get(&1).ok_or("no client")?;
+    let dialer = MpcDialer::new(1, c.configs[1].listen.peer, "127.0.0.1", cfg1, timeout)?
+        .dial(77)
+        .await?;
     let acceptor = c.state(1).links.accept(77, 0, timeout).await?;
     let got = tokio::task::spawn_blocking(move || {
         let sent = (dialer.send)(vec![0xA5; size]);

@@ -9,7 +9,7 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 use shared_proto::v1::{
     BatchAbort, BatchCommit, BatchCommitAck, BatchItem, BatchProposal, BatchVote,
-    FetchBatchRequest, GetResultRequest, MpcFrame, StreamResultsRequest, SubmitRequest,
+    FetchBatchRequest, GetResultRequest, StreamResultsRequest, SubmitRequest,
 };
 
 use crate::agreement::coordinator::{tally, vote_on};
@@ -29,8 +29,8 @@ pub mod peer_tag {
     pub const COMMIT: u8 = 1;
     /// `BatchVote`, as party 0 receives it.
     pub const VOTE: u8 = 2;
-    /// `MpcFrame` of an MPC stream.
-    pub const MPC_FRAME: u8 = 3;
+    /// What a dialer sends on an MPC link (not protobuf): the session id, then frames.
+    pub const MPC_LINK: u8 = 3;
     /// `FetchBatchRequest`, as party 1 or 2 receives it.
     pub const FETCH: u8 = 4;
     /// `BatchCommitAck`, as party 0 receives it.
@@ -64,7 +64,7 @@ pub mod peer_fixture {
     pub const NEXT_SERIAL: u64 = 4;
     /// Enrolled serial ids.
     pub const ENROLLED: [u64; 3] = [1, 2, 3];
-    /// The MPC session its streams carry.
+    /// The MPC session its links carry.
     pub const MPC_SESSION: u64 = 0x0c31_1100_0000_0007;
     /// Party 0 times out candidates received before this (ms).
     pub const CUTOFF_MS: u64 = 2_500;
@@ -193,10 +193,15 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         envelope_digest: vec![0x0c; 32],
     });
 
-    let frame = |round: u32, payload: Vec<u8>| MpcFrame {
-        session_id: peer_fixture::MPC_SESSION,
-        round,
-        payload,
+    // The session id, then each payload as a frame.
+    let link = |payloads: &[Vec<u8>]| {
+        let mut v = vec![peer_tag::MPC_LINK];
+        v.extend_from_slice(&peer_fixture::MPC_SESSION.to_le_bytes());
+        for p in payloads {
+            v.extend_from_slice(&crate::links::frame_header(p).expect("a small frame"));
+            v.extend_from_slice(p);
+        }
+        v
     };
     let tagged = |tag: u8, m: &dyn MessageBytes| {
         let mut v = vec![tag];
@@ -223,30 +228,19 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
             "commit-recorded-unopenable",
             tagged(peer_tag::COMMIT, &unopenable),
         ),
-        (
-            "mpc-hello",
-            tagged(peer_tag::MPC_FRAME, &frame(0, Vec::new())),
-        ),
+        ("mpc-hello", link(&[])),
         (
             "mpc-u16",
-            tagged(
-                peer_tag::MPC_FRAME,
-                &frame(5, encode(&[1u16, 0xffff, 2, 3, 0x8000])),
-            ),
+            link(&[encode(&[1u16, 0xffff, 2, 3, 0x8000, 4, 5])]),
         ),
-        (
-            "mpc-u32",
-            tagged(
-                peer_tag::MPC_FRAME,
-                &frame(3, encode(&[7u32, 0xdead_beef, 0])),
-            ),
-        ),
+        ("mpc-u32", link(&[encode(&[7u32, 0xdead_beef, 0])])),
         (
             "mpc-u64",
-            tagged(
-                peer_tag::MPC_FRAME,
-                &frame(2, encode(&[u64::MAX, 0x0123_4567_89ab_cdef])),
-            ),
+            link(&[encode(&[u64::MAX, 0x0123_4567_89ab_cdef])]),
+        ),
+        (
+            "mpc-rounds",
+            link(&[Vec::new(), encode(&[9u16; 7]), encode(&[3u64; 7])]),
         ),
         (
             "fetch",

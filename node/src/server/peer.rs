@@ -9,9 +9,9 @@ use futures::Stream;
 use shared_proto::v1::peer_service_server::PeerService;
 use shared_proto::v1::{
     BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote,
-    FetchBatchRequest, MpcFrame, RecoverChunk, RecoverRequest,
+    FetchBatchRequest, RecoverChunk, RecoverRequest,
 };
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status};
 
 use crate::agreement::{apply_commit, coordinator, evaluate_commit};
 use crate::batch::ApplyError;
@@ -53,7 +53,6 @@ impl PeerApi {
     }
 }
 
-type FrameStream = Pin<Box<dyn Stream<Item = Result<MpcFrame, Status>> + Send>>;
 type RecoverStream = Pin<Box<dyn Stream<Item = Result<RecoverChunk, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -133,17 +132,6 @@ impl PeerService for PeerApi {
         let commit = <BatchCommit as prost::Message>::decode(b.commit.as_slice())
             .map_err(|_| Status::data_loss(format!("batch {id} is corrupt in the batch log")))?;
         Ok(Response::new(commit))
-    }
-
-    type MpcStreamStream = FrameStream;
-
-    async fn mpc_stream(
-        &self,
-        request: Request<Streaming<MpcFrame>>,
-    ) -> Result<Response<Self::MpcStreamStream>, Status> {
-        let party = self.caller(&request)?;
-        let out = crate::links::serve(&self.state.links, party, request.into_inner()).await?;
-        Ok(Response::new(Box::pin(out)))
     }
 
     type RecoverSharesStream = RecoverStream;
