@@ -196,19 +196,34 @@ where
     MpcLink { send, recv: in_rx }
 }
 
-/// Incoming links waiting to be claimed, by (session id, peer party).
+/// Unclaimed links a hub keeps; beyond it the oldest is closed. Sessions run one at a time,
+/// so at most two links wait at once unless a session failed before claiming its own.
+pub const UNCLAIMED_LINKS: usize = 8;
+
+/// Incoming links waiting to be claimed, by (session id, peer party), each with the order it
+/// arrived in.
 #[derive(Debug, Default)]
 pub struct LinkHub {
-    waiting: Mutex<HashMap<(u64, u8), MpcLink>>,
+    waiting: Mutex<HashMap<(u64, u8), (u64, MpcLink)>>,
+    arrivals: std::sync::atomic::AtomicU64,
     arrived: Notify,
 }
 
 impl LinkHub {
     fn offer(&self, session: u64, peer: u8, link: MpcLink) {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((session, peer), link);
+        let order = self
+            .arrivals
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.insert((session, peer), (order, link));
+        if waiting.len() > UNCLAIMED_LINKS {
+            let oldest = waiting.iter().min_by_key(|(_, (o, _))| *o).map(|(k, _)| *k);
+            if let Some((session, peer)) = oldest {
+                waiting.remove(&(session, peer));
+                tracing::info!(peer, session, "closed an MPC link nobody claimed");
+            }
+        }
+        drop(waiting);
         self.arrived.notify_waiters();
     }
 
@@ -239,7 +254,7 @@ impl LinkHub {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&(session, peer))
             {
-                return Ok(l);
+                return Ok(l.1);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Err(LinkError::NotOpened { peer, session });
@@ -433,6 +448,31 @@ mod tests {
     }
 
     type Res = Result<(), Box<dyn std::error::Error>>;
+
+    #[tokio::test]
+    async fn a_hub_keeps_the_newest_unclaimed_links() -> Res {
+        let hub = LinkHub::default();
+        let link = || MpcLink {
+            send: Box::new(|_| true),
+            recv: channel().1,
+        };
+        for session in 0..=UNCLAIMED_LINKS as u64 {
+            hub.offer(session, 1, link());
+        }
+        let now = Duration::ZERO;
+        assert!(
+            hub.accept(0, 1, now).await.is_err(),
+            "the oldest was closed"
+        );
+        for session in 1..=UNCLAIMED_LINKS as u64 {
+            hub.accept(session, 1, now).await?;
+        }
+        assert!(
+            hub.accept(1, 1, now).await.is_err(),
+            "a link is claimed once"
+        );
+        Ok(())
+    }
 
     #[tokio::test]
     async fn frames_cross_a_byte_stream_whole_and_in_order() -> Res {
