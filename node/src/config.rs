@@ -88,7 +88,7 @@ impl std::fmt::Debug for StoreConfig {
 pub struct ListenConfig {
     /// Orb-facing gRPC over TLS.
     pub orb: SocketAddr,
-    /// Node-to-node gRPC over mutual TLS.
+    /// Node-to-node traffic over mutual TLS: the gRPC peer service and the MPC links.
     pub peer: SocketAddr,
     /// Plain HTTP: `/metrics`, `/healthz`, `/readyz`.
     pub metrics: SocketAddr,
