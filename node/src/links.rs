@@ -29,7 +29,6 @@ use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_rustls::TlsConnector;
 use tonic::transport::Channel;
@@ -328,14 +327,10 @@ impl MpcDialer {
         config: &ClientConfig,
         timeout: Duration,
     ) -> Result<Self, TlsError> {
-        let name = ServerName::try_from(server_name.to_owned()).map_err(|e| TlsError::Pem {
-            path: server_name.to_owned(),
-            what: e.to_string(),
-        })?;
         Ok(Self {
             party,
             addr,
-            name,
+            name: crate::tls::server_name_of(server_name)?,
             connector: TlsConnector::from(crate::tls::mpc_client_config(config)),
             timeout,
         })
@@ -348,10 +343,8 @@ impl MpcDialer {
     /// answer in time.
     pub async fn dial(&self, session: u64) -> Result<MpcLink, LinkError> {
         let open = async {
-            let tcp = TcpStream::connect(self.addr).await?;
-            tcp.set_nodelay(true)?;
-            let tcp = BufferedTcp::new(tcp);
-            let mut tls = self.connector.connect(self.name.clone(), tcp).await?;
+            let mut tls =
+                crate::tls::connect(self.addr, &self.connector, self.name.clone()).await?;
             if tls.get_ref().1.alpn_protocol() != Some(MPC_ALPN) {
                 return Err(LinkError::Protocol);
             }

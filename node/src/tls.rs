@@ -572,6 +572,32 @@ pub const PEER_STREAM_WINDOW: u32 = 16 << 20;
 /// HTTP/2 connection window for node-to-node traffic.
 pub const PEER_CONNECTION_WINDOW: u32 = 32 << 20;
 
+/// `server_name` as the name a server's certificate must carry.
+///
+/// # Errors
+/// Not a DNS name or an IP address.
+pub fn server_name_of(server_name: &str) -> Result<ServerName<'static>, TlsError> {
+    ServerName::try_from(server_name.to_owned()).map_err(|e| TlsError::Pem {
+        path: server_name.to_owned(),
+        what: e.to_string(),
+    })
+}
+
+/// A TCP connection to a peer at `addr` (no Nagle delay, read through [`BufferedTcp`]) and
+/// its TLS handshake with `connector`, verifying the server as `name`.
+///
+/// # Errors
+/// Connecting or the handshake failed.
+pub async fn connect(
+    addr: SocketAddr,
+    connector: &TlsConnector,
+    name: ServerName<'static>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<BufferedTcp>> {
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    connector.connect(name, BufferedTcp::new(tcp)).await
+}
+
 /// A lazily connecting tonic channel to `addr` over TLS with `config`,
 /// verifying the server as `server_name`.
 ///
@@ -583,20 +609,12 @@ pub fn channel(
     config: Arc<ClientConfig>,
     connect_timeout: Duration,
 ) -> Result<tonic::transport::Channel, TlsError> {
-    let name = ServerName::try_from(server_name.to_owned()).map_err(|e| TlsError::Pem {
-        path: server_name.to_owned(),
-        what: e.to_string(),
-    })?;
+    let name = server_name_of(server_name)?;
     let connector = TlsConnector::from(config);
     let svc = tower::service_fn(move |_uri: http::Uri| {
         let connector = connector.clone();
         let name = name.clone();
-        async move {
-            let tcp = TcpStream::connect(addr).await?;
-            tcp.set_nodelay(true)?;
-            let tls = connector.connect(name, tcp).await?;
-            Ok::<_, std::io::Error>(TokioIo::new(tls))
-        }
+        async move { Ok::<_, std::io::Error>(TokioIo::new(connect(addr, &connector, name).await?)) }
     });
     let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| TlsError::Verifier(e.to_string()))?
