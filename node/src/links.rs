@@ -18,7 +18,7 @@
 //! the dialer's party id comes from its pinned certificate. Messages are queued without
 //! bound (one protocol round is at most a few messages per direction).
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::mpsc::{channel, Receiver};
@@ -199,26 +199,20 @@ where
 /// so at most two links wait at once unless a session failed before claiming its own.
 pub const UNCLAIMED_LINKS: usize = 8;
 
-/// Incoming links waiting to be claimed, by (session id, peer party), each with the order it
-/// arrived in.
+/// Incoming links waiting to be claimed, by (session id, peer party), oldest first.
 #[derive(Debug, Default)]
 pub struct LinkHub {
-    waiting: Mutex<HashMap<(u64, u8), (u64, MpcLink)>>,
-    arrivals: std::sync::atomic::AtomicU64,
+    waiting: Mutex<VecDeque<((u64, u8), MpcLink)>>,
     arrived: Notify,
 }
 
 impl LinkHub {
     fn offer(&self, session: u64, peer: u8, link: MpcLink) {
-        let order = self
-            .arrivals
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        waiting.insert((session, peer), (order, link));
+        waiting.retain(|(key, _)| *key != (session, peer));
+        waiting.push_back(((session, peer), link));
         if waiting.len() > UNCLAIMED_LINKS {
-            let oldest = waiting.iter().min_by_key(|(_, (o, _))| *o).map(|(k, _)| *k);
-            if let Some((session, peer)) = oldest {
-                waiting.remove(&(session, peer));
+            if let Some(((session, peer), _)) = waiting.pop_front() {
                 tracing::info!(peer, session, "closed an MPC link nobody claimed");
             }
         }
@@ -247,13 +241,13 @@ impl LinkHub {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = self.arrived.notified();
-            if let Some(l) = self
-                .waiting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&(session, peer))
-            {
-                return Ok(l.1);
+            let claimed = {
+                let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                let at = waiting.iter().position(|(key, _)| *key == (session, peer));
+                at.and_then(|at| waiting.remove(at))
+            };
+            if let Some((_, link)) = claimed {
+                return Ok(link);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Err(LinkError::NotOpened { peer, session });
