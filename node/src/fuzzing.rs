@@ -352,29 +352,27 @@ fn vote(v: BatchVote) {
     }
 }
 
-/// What a dialer sends on an MPC link: the session id, then frames, read by the link's own
-/// reader (each frame's length checked against the cap before its payload is taken); a
-/// round's receive takes exactly the words it expects (every word type the protocol sends).
+/// What a dialer sends on an MPC link: the session id, then frames. Each frame's length is
+/// checked against the cap before its payload is taken, and a round's receive takes exactly
+/// the words it expects (every word type the protocol sends).
 fn mpc_link(bytes: &[u8]) {
-    use crate::links::{frame_header, frame_len, read_frame};
+    use crate::links::{frame_header, frame_len, FRAME_HEADER};
     let Some((session, mut rest)) = bytes.split_first_chunk::<8>() else {
         return;
     };
-    let expected = usize::from(session[0]);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        let frame = std::pin::pin!(read_frame(&mut rest));
-        // Reading from a slice never waits, so each frame is one poll.
-        let payload = match std::future::Future::poll(frame, &mut cx) {
-            std::task::Poll::Ready(Ok(Some(payload))) => payload,
-            std::task::Poll::Ready(_) => return,
-            std::task::Poll::Pending => unreachable!("a slice reader never waits"),
+    while let Some((header, after)) = rest.split_first_chunk::<FRAME_HEADER>() {
+        let Ok(len) = frame_len(*header) else {
+            return;
         };
-        let header = frame_header(&payload).expect("a frame read back fits the cap");
-        assert_eq!(frame_len(header).ok(), Some(payload.len()));
-        words::<u16>(&payload, expected);
-        words::<u32>(&payload, expected);
-        words::<u64>(&payload, expected);
+        let Some((payload, after)) = after.split_at_checked(len) else {
+            return;
+        };
+        assert_eq!(frame_header(payload).ok(), Some(*header));
+        let expected = usize::from(session[0]);
+        words::<u16>(payload, expected);
+        words::<u32>(payload, expected);
+        words::<u64>(payload, expected);
+        rest = after;
     }
 }
 

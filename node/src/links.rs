@@ -115,9 +115,7 @@ pub fn frame_header(payload: &[u8]) -> Result<[u8; FRAME_HEADER], LinkError> {
 
 /// The next whole frame's payload; `None` where the peer closed the connection between
 /// frames.
-pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-) -> Result<Option<Vec<u8>>, LinkError> {
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>, LinkError> {
     let mut header = [0u8; FRAME_HEADER];
     match r.read_exact(&mut header).await {
         Ok(_) => {}
