@@ -16,29 +16,6 @@ pub fn plane<B: SharedBits>(x: &B, w: usize, j: usize) -> B {
     x.slice(j * w..(j + 1) * w)
 }
 
-/// ANDs several pairs of equally long shared bit vectors in one round; returns the products
-/// in the order of `pairs`.
-///
-/// # Errors
-/// Transport failures.
-pub fn and_pairs<C: Circuit>(
-    circuit: &mut C,
-    pairs: &[(C::Bits, C::Bits)],
-) -> Result<Vec<C::Bits>, NetworkError> {
-    let left: Vec<&C::Bits> = pairs.iter().map(|p| &p.0).collect();
-    let right: Vec<&C::Bits> = pairs.iter().map(|p| &p.1).collect();
-    let product = circuit.and(&C::Bits::concat(&left), &C::Bits::concat(&right))?;
-    let mut at = 0;
-    Ok(pairs
-        .iter()
-        .map(|p| {
-            let len = p.0.words();
-            at += len;
-            product.slice(at - len..at)
-        })
-        .collect())
-}
-
 /// The carry into position `top` of `a + b`, for `a` and `b` given as bit planes of `w`
 /// words (at least `top` planes each).
 ///
@@ -66,6 +43,8 @@ pub fn carry_into<C: Circuit>(
         .step_by(RIPPLE_BLOCK)
         .map(|start| start..(start + RIPPLE_BLOCK).min(top))
         .collect();
+    let a_planes: Vec<C::Bits> = (0..top).map(|j| plane(a, w, j)).collect();
+    let b_planes: Vec<C::Bits> = (0..top).map(|j| plane(b, w, j)).collect();
     let mut carry: Vec<Option<C::Bits>> = vec![None; blocks.len()];
     // Each block's propagate, as the factors of the AND tree still to be multiplied.
     let mut propagate: Vec<Vec<C::Bits>> = blocks
@@ -77,7 +56,7 @@ pub fn carry_into<C: Circuit>(
             } else {
                 range
                     .clone()
-                    .map(|j| plane(a, w, j).xor(&plane(b, w, j)))
+                    .map(|j| a_planes[j].xor(&b_planes[j]))
                     .collect()
             }
         })
@@ -85,26 +64,37 @@ pub fn carry_into<C: Circuit>(
 
     let mut step = 0;
     while step < RIPPLE_BLOCK || propagate.iter().any(|f| f.len() > 1) {
-        let mut pairs = Vec::new();
-        for (index, range) in blocks.iter().enumerate() {
+        // The ripple gate's inputs where a carry is folded in; the planes themselves where
+        // not (the first position of a block).
+        let folded: Vec<Option<(C::Bits, C::Bits)>> = blocks
+            .iter()
+            .zip(&carry)
+            .map(|(range, c)| {
+                let j = range.start + step;
+                c.as_ref()
+                    .filter(|_| j < range.end)
+                    .map(|c| (a_planes[j].xor(c), b_planes[j].xor(c)))
+            })
+            .collect();
+        let mut pairs: Vec<(&C::Bits, &C::Bits)> = Vec::new();
+        for (range, folded) in blocks.iter().zip(&folded) {
             let j = range.start + step;
             if j < range.end {
-                let (aj, bj) = (plane(a, w, j), plane(b, w, j));
-                pairs.push(match &carry[index] {
-                    None => (aj, bj),
-                    Some(c) => (aj.xor(c), bj.xor(c)),
+                pairs.push(match folded {
+                    Some((x, y)) => (x, y),
+                    None => (&a_planes[j], &b_planes[j]),
                 });
             }
         }
         for factors in &propagate {
             for two in factors.chunks_exact(2) {
-                pairs.push((two[0].clone(), two[1].clone()));
+                pairs.push((&two[0], &two[1]));
             }
         }
         if pairs.is_empty() {
             break;
         }
-        let mut products = and_pairs(circuit, &pairs)?.into_iter();
+        let mut products = circuit.and_pairs(&pairs)?.into_iter();
         for (index, range) in blocks.iter().enumerate() {
             if range.start + step < range.end {
                 let product = products.next().expect("one product per ripple gate");
@@ -115,9 +105,7 @@ pub fn carry_into<C: Circuit>(
             }
         }
         for factors in &mut propagate {
-            let odd = (factors.len() % 2 == 1)
-                .then(|| factors.last().cloned())
-                .flatten();
+            let odd = (factors.len() % 2 == 1).then(|| factors.pop()).flatten();
             let mut next: Vec<C::Bits> = (0..factors.len() / 2)
                 .map(|_| products.next().expect("one product per propagate gate"))
                 .collect();
@@ -153,13 +141,13 @@ fn group_generate<C: Circuit>(
         for pair in nodes.chunks(2) {
             if let [lo, hi] = pair {
                 let p_hi = hi.1.as_ref().expect("only the lowest node lacks P");
-                pairs.push((p_hi.clone(), lo.0.clone()));
+                pairs.push((p_hi, &lo.0));
                 if let Some(p_lo) = &lo.1 {
-                    pairs.push((p_hi.clone(), p_lo.clone()));
+                    pairs.push((p_hi, p_lo));
                 }
             }
         }
-        let mut products = and_pairs(circuit, &pairs)?.into_iter();
+        let mut products = circuit.and_pairs(&pairs)?.into_iter();
         let mut next = Vec::with_capacity(nodes.len().div_ceil(2));
         for pair in nodes.chunks(2) {
             match pair {

@@ -46,6 +46,30 @@ pub trait Circuit {
     /// Transport failures.
     fn and(&mut self, x: &Self::Bits, y: &Self::Bits) -> Result<Self::Bits, NetworkError>;
 
+    /// ANDs several pairs of equally long shared bit vectors in one round; the products in
+    /// the order of `pairs`. The same messages and randomness as one [`Circuit::and`] of the
+    /// pairs' concatenations, which is how this default runs it.
+    ///
+    /// # Errors
+    /// Transport failures.
+    fn and_pairs(
+        &mut self,
+        pairs: &[(&Self::Bits, &Self::Bits)],
+    ) -> Result<Vec<Self::Bits>, NetworkError> {
+        let left: Vec<&Self::Bits> = pairs.iter().map(|p| p.0).collect();
+        let right: Vec<&Self::Bits> = pairs.iter().map(|p| p.1).collect();
+        let product = self.and(&Self::Bits::concat(&left), &Self::Bits::concat(&right))?;
+        let mut at = 0;
+        Ok(pairs
+            .iter()
+            .map(|p| {
+                let len = p.0.words();
+                at += len;
+                product.slice(at - len..at)
+            })
+            .collect())
+    }
+
     /// Opens shared bit words to all three parties. One round.
     ///
     /// # Errors
@@ -112,6 +136,13 @@ impl<T: Transport> Circuit for Session<'_, T> {
         y: &Replicated<u64>,
     ) -> Result<Replicated<u64>, NetworkError> {
         Session::and(self, x, y)
+    }
+
+    fn and_pairs(
+        &mut self,
+        pairs: &[(&Replicated<u64>, &Replicated<u64>)],
+    ) -> Result<Vec<Replicated<u64>>, NetworkError> {
+        Session::and_pairs(self, pairs)
     }
 
     fn open(&mut self, x: &Replicated<u64>) -> Result<Vec<u64>, NetworkError> {

@@ -152,9 +152,19 @@ impl CorrelatedRandomness {
 
     /// An XOR zero-sharing of `n` words: `next ^ prev`. Draws `n` u64 from each stream.
     pub fn zero_bits(&mut self, n: usize) -> Vec<u64> {
-        let a = self.next_bits(n);
-        let b = self.prev_bits(n);
-        a.iter().zip(&b).map(|(x, y)| x ^ y).collect()
+        // The previous party's words are drawn into a stack buffer a piece at a time and folded in, so an
+        // AND round allocates one vector, not three: whole u64 draws read a stream exactly as
+        // one draw of all of them would.
+        const CHUNK: usize = 512;
+        let mut out = self.next_bits(n);
+        let mut chunk = [0u64; CHUNK];
+        for part in out.chunks_mut(CHUNK) {
+            let drawn = &mut chunk[..part.len()];
+            self.prev.fill_bytes(drawn.as_mut_bytes());
+            swap_to_le::<u64>(drawn.as_mut_bytes());
+            part.iter_mut().zip(drawn.iter()).for_each(|(o, r)| *o ^= r);
+        }
+        out
     }
 }
 
@@ -203,6 +213,19 @@ mod tests {
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect();
         assert_eq!(r.next_bits(777), words);
+    }
+
+    #[test]
+    fn a_zero_sharing_is_the_two_streams_drawn_whole() {
+        let mut r = CorrelatedRandomness::from_seeds(&[6; 32], &[7; 32]);
+        let mut plain = CorrelatedRandomness::from_seeds(&[6; 32], &[7; 32]);
+        // Longer than the stack buffer, then not a multiple of it, then one word.
+        for n in [1_500, 513, 1] {
+            let next = plain.next_bits(n);
+            let prev = plain.prev_bits(n);
+            let expected: Vec<u64> = next.iter().zip(&prev).map(|(x, y)| x ^ y).collect();
+            assert_eq!(r.zero_bits(n), expected);
+        }
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //! and the primitive rounds every step is built from.
 
 use sdk_orb::PartyId;
+use zerocopy::IntoBytes;
 
 use crate::network::{NetworkError, Peer, Transport};
 use crate::randomness::CorrelatedRandomness;
-use crate::share::{decode, encode, Replicated, Word};
+use crate::share::{decode, encode, swap_to_le, Replicated, Word};
 
 /// Bytes and messages this party sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,15 +25,25 @@ pub struct Traffic {
 /// # Errors
 /// [`NetworkError::Length`] when the message is not exactly `n` words.
 pub fn words_of_round<W: Word>(from: Peer, n: usize, bytes: &[u8]) -> Result<Vec<W>, NetworkError> {
-    let length_error = || NetworkError::Length {
+    check_round_length::<W>(from, n, bytes)?;
+    decode(bytes).ok_or_else(|| length_error::<W>(from, n, bytes))
+}
+
+fn length_error<W: Word>(from: Peer, n: usize, bytes: &[u8]) -> NetworkError {
+    NetworkError::Length {
         peer: from,
         expected: n.saturating_mul(W::BYTES),
         actual: bytes.len(),
-    };
-    if Some(bytes.len()) != n.checked_mul(W::BYTES) {
-        return Err(length_error());
     }
-    decode(bytes).ok_or_else(length_error)
+}
+
+/// [`NetworkError::Length`] unless `bytes` is exactly `n` words.
+fn check_round_length<W: Word>(from: Peer, n: usize, bytes: &[u8]) -> Result<(), NetworkError> {
+    if Some(bytes.len()) == n.checked_mul(W::BYTES) {
+        Ok(())
+    } else {
+        Err(length_error::<W>(from, n, bytes))
+    }
 }
 
 /// One party's protocol state.
@@ -87,7 +98,11 @@ impl<'a, T: Transport> Session<'a, T> {
     /// # Errors
     /// Transport failures.
     pub fn send<W: Word>(&mut self, to: Peer, words: &[W]) -> Result<(), NetworkError> {
-        let bytes = encode(words);
+        self.send_encoded(to, encode(words))
+    }
+
+    /// Sends a message already in wire form.
+    fn send_encoded(&mut self, to: Peer, bytes: Vec<u8>) -> Result<(), NetworkError> {
         self.traffic.bytes_sent += bytes.len() as u64;
         self.traffic.messages_sent += 1;
         self.transport.send(to, bytes)
@@ -129,14 +144,50 @@ impl<'a, T: Transport> Session<'a, T> {
         x: &Replicated<u64>,
         y: &Replicated<u64>,
     ) -> Result<Replicated<u64>, NetworkError> {
-        assert_eq!(x.len(), y.len());
-        let alpha = self.randomness.zero_bits(x.len());
-        let own = (0..x.len())
-            .map(|j| {
-                (x.own[j] & y.own[j]) ^ (x.own[j] & y.prev[j]) ^ (x.prev[j] & y.own[j]) ^ alpha[j]
+        let mut product = self.and_pairs(&[(x, y)])?;
+        Ok(product.pop().expect("one product per pair"))
+    }
+
+    /// ANDs several pairs of equally long shared bit vectors in one round: one message of all
+    /// the pairs' words, in the order of `pairs`, and the randomness of one [`Session::and`]
+    /// of their concatenation. The operands are read where they lie; each product is built in
+    /// its own vector, so nothing is concatenated or split.
+    ///
+    /// # Errors
+    /// Transport failures, or a reply of the wrong size.
+    pub fn and_pairs(
+        &mut self,
+        pairs: &[(&Replicated<u64>, &Replicated<u64>)],
+    ) -> Result<Vec<Replicated<u64>>, NetworkError> {
+        let n: usize = pairs.iter().map(|(x, _)| x.len()).sum();
+        let mut message = Vec::with_capacity(n * u64::BYTES);
+        let owns: Vec<Vec<u64>> = pairs
+            .iter()
+            .map(|(x, y)| {
+                assert_eq!(x.len(), y.len());
+                let mut own = self.randomness.zero_bits(x.len());
+                for (j, o) in own.iter_mut().enumerate() {
+                    *o ^= (x.own[j] & y.own[j]) ^ (x.own[j] & y.prev[j]) ^ (x.prev[j] & y.own[j]);
+                }
+                message.extend_from_slice(own.as_bytes());
+                own
             })
             .collect();
-        self.pass_to_next(own)
+        swap_to_le::<u64>(&mut message);
+        self.round();
+        self.send_encoded(Peer::Next, message)?;
+        let received = self.transport.recv(Peer::Prev)?;
+        check_round_length::<u64>(Peer::Prev, n, &received)?;
+        let mut at = 0;
+        Ok(owns
+            .into_iter()
+            .map(|own| {
+                let bytes = &received[at..at + own.len() * u64::BYTES];
+                at += bytes.len();
+                let prev = decode(bytes).expect("a whole number of words");
+                Replicated::new(own, prev)
+            })
+            .collect())
     }
 
     /// Opens shared bit words to all three parties. One round: each party sends its `prev`
