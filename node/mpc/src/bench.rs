@@ -22,6 +22,7 @@ use crate::engine::{mac_peak, CpuEngine, Kernel, MacPeak};
 use crate::local::{additive_u16, run_three};
 use crate::pipeline::{evaluate, PairRules, PipelineConfig, PipelineRequest, Target};
 use crate::process::{cpu_seconds, resident_bytes};
+use crate::randomness::Keystream;
 use crate::scratch::ScratchVec;
 use crate::synthetic;
 
@@ -77,6 +78,9 @@ pub struct BenchReport {
     pub plaintext_per_core: f64,
     /// The popcount matcher's instruction set, chosen at run time.
     pub plaintext_kernel: &'static str,
+    /// Who made the comparison phase's ChaCha12 blocks: the instruction set of `kernel`
+    /// ([`crate::randomness::Keystream`]).
+    pub keystream: &'static str,
     /// u16 multiply-adds per second one core sustains with the kernel's instruction; `None`
     /// where the probe read more than the core can issue at `clock_hz` (a measurement error).
     pub mac_peak: Option<f64>,
@@ -133,8 +137,9 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "  comparison phase    {:>12} per party-core",
-            m(self.compare_per_party_core)
+            "  comparison phase    {:>12} per party-core (ChaCha12 blocks: {})",
+            m(self.compare_per_party_core),
+            self.keystream
         )?;
         writeln!(
             f,
@@ -251,6 +256,14 @@ pub fn resident_bytes_per_enrolled(people: usize) -> Option<f64> {
 /// Runs every measurement; `progress` hears what is running.
 pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let kernel = config.kernel;
+    // The draws of the comparison phase limited to the kernel's instruction set, as on a
+    // machine that has no wider one.
+    let keystream = match kernel {
+        Kernel::Avx512Vnni(_) => Keystream::widest(),
+        Kernel::Avx2(_) if Keystream::supported().contains(&Keystream::Avx2) => Keystream::Avx2,
+        Kernel::Avx2(_) | Kernel::Scalar => Keystream::Generator,
+    };
+    Keystream::choose(keystream);
     let mut rng = ChaCha20Rng::seed_from_u64(2026);
     let n = config.db_entries.max(1);
     let q = config.queries.max(1);
@@ -399,6 +412,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         pipeline_per_party_core: pipeline_rate,
         plaintext_per_core: plain_rate,
         plaintext_kernel: plain_kernel.name(),
+        keystream: keystream.name(),
         resident_bytes_per_enrolled: resident,
         mac_peak: peak.map(|p| p.macs_per_second),
         mac_peak_fraction: of(peak, dot_macs),

@@ -64,13 +64,55 @@ impl core::fmt::Debug for CorrelatedRandomness {
     }
 }
 
+mod keystream;
+
+pub use keystream::Keystream;
+
 /// `n` words of a type from a stream: `n * T::BYTES` bytes, each word little-endian.
 fn draw<T: Word>(rng: &mut ChaCha12Rng, n: usize) -> Vec<T> {
     let mut words = vec![T::default(); n];
     let bytes = words.as_mut_bytes();
-    rng.fill_bytes(bytes);
+    fill(rng, bytes);
     swap_to_le::<T>(bytes);
     words
+}
+
+/// [`fill_stream`] with [`Keystream::current`].
+fn fill(rng: &mut ChaCha12Rng, bytes: &mut [u8]) {
+    fill_stream(Keystream::current(), rng, bytes);
+}
+
+/// Fills `bytes` from a stream exactly as `rng.fill_bytes` would (`ceil(len / 4)` words): the
+/// generator up to the next block, `version` for the whole blocks after it, the generator
+/// again for what is left.
+///
+/// # Panics
+/// Past 2^64 blocks of one stream, or if this CPU does not run `version`.
+pub fn fill_stream(version: Keystream, rng: &mut ChaCha12Rng, bytes: &mut [u8]) {
+    const BLOCK_WORDS: u128 = (keystream::BLOCK_BYTES / 4) as u128;
+    let pos = rng.get_word_pos();
+    let head = ((BLOCK_WORDS - pos % BLOCK_WORDS) % BLOCK_WORDS) as usize * 4;
+    if bytes.len() < head + keystream::MAX_LANES * keystream::BLOCK_BYTES {
+        rng.fill_bytes(bytes);
+        return;
+    }
+    let (head_bytes, rest) = bytes.split_at_mut(head);
+    // A whole number of words: the generator leaves no part of one unused.
+    rng.fill_bytes(head_bytes);
+    let seed = Zeroizing::new(rng.get_seed());
+    let key = Zeroizing::new(core::array::from_fn(|i| {
+        u32::from_le_bytes([
+            seed[4 * i],
+            seed[4 * i + 1],
+            seed[4 * i + 2],
+            seed[4 * i + 3],
+        ])
+    }));
+    let block = u64::try_from((pos + (head / 4) as u128) / BLOCK_WORDS)
+        .expect("a stream shorter than 2^64 blocks");
+    let done = keystream::fill_blocks(version, &key, block, rest);
+    rng.set_word_pos(pos + ((head + done) / 4) as u128);
+    rng.fill_bytes(&mut rest[done..]);
 }
 
 /// One of a party's two streams.
@@ -152,15 +194,16 @@ impl CorrelatedRandomness {
 
     /// An XOR zero-sharing of `n` words: `next ^ prev`. Draws `n` u64 from each stream.
     pub fn zero_bits(&mut self, n: usize) -> Vec<u64> {
-        // The previous party's words are drawn into a stack buffer a piece at a time and folded in, so an
-        // AND round allocates one vector, not three: whole u64 draws read a stream exactly as
-        // one draw of all of them would.
-        const CHUNK: usize = 512;
+        // The previous party's words are drawn into a stack buffer a piece at a time and
+        // folded in, so an AND round allocates one vector, not three: whole u64 draws read a
+        // stream exactly as one draw of all of them would. 16 KB pieces: each fill that takes
+        // the vector path leaves the generator to remake its four-block buffer.
+        const CHUNK: usize = 2048;
         let mut out = self.next_bits(n);
         let mut chunk = [0u64; CHUNK];
         for part in out.chunks_mut(CHUNK) {
             let drawn = &mut chunk[..part.len()];
-            self.prev.fill_bytes(drawn.as_mut_bytes());
+            fill(&mut self.prev, drawn.as_mut_bytes());
             swap_to_le::<u64>(drawn.as_mut_bytes());
             part.iter_mut().zip(drawn.iter()).for_each(|(o, r)| *o ^= r);
         }
@@ -216,11 +259,32 @@ mod tests {
     }
 
     #[test]
+    fn fills_read_the_stream_as_the_generator_does() {
+        let mut plain = ChaCha12Rng::from_seed([8; 32]);
+        let mut rng = ChaCha12Rng::from_seed([8; 32]);
+        // Whole blocks behind a partial one, then odd tails that leave part of a word unused.
+        for len in [1, 1_030, 7, 4_096 + 13, 3, 20_000, 2_048, 1_024] {
+            let mut expected = vec![0u8; len];
+            plain.fill_bytes(&mut expected);
+            for version in Keystream::supported() {
+                let mut version_rng = rng.clone();
+                let mut out = vec![0u8; len];
+                fill_stream(version, &mut version_rng, &mut out);
+                assert_eq!(out, expected, "a fill of {len} bytes by {version:?}");
+                assert_eq!(version_rng.get_word_pos(), plain.get_word_pos());
+            }
+            let mut out = vec![0u8; len];
+            fill(&mut rng, &mut out);
+            assert_eq!(out, expected, "a fill of {len} bytes");
+        }
+    }
+
+    #[test]
     fn a_zero_sharing_is_the_two_streams_drawn_whole() {
         let mut r = CorrelatedRandomness::from_seeds(&[6; 32], &[7; 32]);
         let mut plain = CorrelatedRandomness::from_seeds(&[6; 32], &[7; 32]);
         // Longer than the stack buffer, then not a multiple of it, then one word.
-        for n in [1_500, 513, 1] {
+        for n in [5_000, 2_049, 1] {
             let next = plain.next_bits(n);
             let prev = plain.prev_bits(n);
             let expected: Vec<u64> = next.iter().zip(&prev).map(|(x, y)| x ^ y).collect();
