@@ -371,13 +371,15 @@ async fn wait_for_result(
         {
             Ok(r) => return Ok(r.into_inner()),
             // A node that is down or restarting answers UNAVAILABLE, or the call is cancelled
-            // with the connection it was sent on; one that has not decided yet, NOT_FOUND.
-            // Asking again is harmless: GetResult only reads.
+            // with the connection it was sent on, or the connection fails under it (a status
+            // the client made from its own transport error, which it carries as the source,
+            // such as an HTTP/2 error while the node shuts down); one that has not decided yet
+            // answers NOT_FOUND. Asking again is harmless: GetResult only reads.
             Err(s)
                 if matches!(
                     s.code(),
                     tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::NotFound
-                ) =>
+                ) || std::error::Error::source(&s).is_some() =>
             {
                 if tokio::time::Instant::now() + pause > deadline {
                     return Err(late());
