@@ -260,7 +260,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     // machine that has no wider one.
     let keystream = match kernel {
         Kernel::Avx512Vnni(_) => Keystream::widest(),
-        Kernel::Avx2(_) if Keystream::supported().contains(&Keystream::Avx2) => Keystream::Avx2,
+        Kernel::Avx2(_) if Keystream::Avx2.runs() => Keystream::Avx2,
         Kernel::Avx2(_) | Kernel::Scalar => Keystream::Generator,
     };
     Keystream::choose(keystream);

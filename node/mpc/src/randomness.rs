@@ -99,20 +99,22 @@ pub fn fill_stream(version: Keystream, rng: &mut ChaCha12Rng, bytes: &mut [u8]) 
     let (head_bytes, rest) = bytes.split_at_mut(head);
     // A whole number of words: the generator leaves no part of one unused.
     rng.fill_bytes(head_bytes);
-    let seed = Zeroizing::new(rng.get_seed());
-    let key = Zeroizing::new(core::array::from_fn(|i| {
-        u32::from_le_bytes([
-            seed[4 * i],
-            seed[4 * i + 1],
-            seed[4 * i + 2],
-            seed[4 * i + 3],
-        ])
-    }));
+    let key = key_words(rng);
     let block = u64::try_from((pos + (head / 4) as u128) / BLOCK_WORDS)
         .expect("a stream shorter than 2^64 blocks");
     let done = keystream::fill_blocks(version, &key, block, rest);
     rng.set_word_pos(pos + ((head + done) / 4) as u128);
     rng.fill_bytes(&mut rest[done..]);
+}
+
+/// A stream's ChaCha12 key: its seed as eight little-endian u32 words.
+fn key_words(rng: &ChaCha12Rng) -> Zeroizing<[u32; 8]> {
+    let seed = Zeroizing::new(rng.get_seed());
+    let mut key = Zeroizing::new([0u32; 8]);
+    for (k, bytes) in key.iter_mut().zip(seed.chunks_exact(4)) {
+        *k = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    }
+    key
 }
 
 /// One of a party's two streams.
@@ -156,12 +158,10 @@ impl CorrelatedRandomness {
         let start = rng.get_word_pos();
         let word_pos = u64::try_from(start).expect("a stream shorter than 2^64 words");
         rng.set_word_pos(start + u128::from(words));
-        let seed = Zeroizing::new(rng.get_seed());
-        let mut key = Zeroizing::new([0u32; 8]);
-        for (k, bytes) in key.iter_mut().zip(seed.chunks_exact(4)) {
-            *k = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        StreamRun {
+            key: key_words(rng),
+            word_pos,
         }
-        StreamRun { key, word_pos }
     }
 
     /// From the seed shared with the next party and the one shared with the previous party.

@@ -122,18 +122,6 @@ impl<'a, T: Transport> Session<'a, T> {
         self.traffic.rounds += 1;
     }
 
-    /// The basic resharing round: sends `own` to the next party and returns the previous
-    /// party's `own`, which is this party's `prev` component.
-    ///
-    /// # Errors
-    /// Transport failures.
-    pub fn pass_to_next<W: Word>(&mut self, own: Vec<W>) -> Result<Replicated<W>, NetworkError> {
-        self.round();
-        self.send(Peer::Next, &own)?;
-        let prev = self.recv(Peer::Prev, own.len())?;
-        Ok(Replicated::new(own, prev))
-    }
-
     /// AND of shared bit vectors (replicated multiplication over Z_2, 64 gates per word).
     /// One round; draws `n` u64 from each stream.
     ///
@@ -166,8 +154,9 @@ impl<'a, T: Transport> Session<'a, T> {
             .map(|(x, y)| {
                 assert_eq!(x.len(), y.len());
                 let mut own = self.randomness.zero_bits(x.len());
-                for (j, o) in own.iter_mut().enumerate() {
-                    *o ^= (x.own[j] & y.own[j]) ^ (x.own[j] & y.prev[j]) ^ (x.prev[j] & y.own[j]);
+                let operands = x.own.iter().zip(&x.prev).zip(y.own.iter().zip(&y.prev));
+                for (o, ((xo, xp), (yo, yp))) in own.iter_mut().zip(operands) {
+                    *o ^= (xo & yo) ^ (xo & yp) ^ (xp & yo);
                 }
                 message.extend_from_slice(own.as_bytes());
                 own

@@ -30,8 +30,8 @@ fn block_input(key: &[u32; 8], block: u64) -> [u32; 16] {
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// The version a benchmark chose for every draw of its process ([`Keystream::choose`]), as
-/// [`Keystream::code`]; 0: none, the widest.
+/// The version a benchmark chose for every draw of its process ([`Keystream::choose`]): its
+/// discriminant plus one; 0: none, the widest.
 static CHOSEN: AtomicU8 = AtomicU8::new(0);
 
 /// Who makes a draw's whole blocks.
@@ -46,16 +46,19 @@ pub enum Keystream {
 }
 
 impl Keystream {
+    /// Every version, widest first, in the order of their discriminants.
+    const ALL: [Keystream; 3] = [Keystream::Avx512, Keystream::Avx2, Keystream::Generator];
+
     /// The versions this CPU runs, widest first; the generator always.
     pub fn supported() -> Vec<Keystream> {
-        [Keystream::Avx512, Keystream::Avx2, Keystream::Generator]
+        Keystream::ALL
             .into_iter()
             .filter(|version| version.runs())
             .collect()
     }
 
     /// Whether this CPU runs it.
-    fn runs(self) -> bool {
+    pub fn runs(self) -> bool {
         match self {
             #[cfg(target_arch = "x86_64")]
             Keystream::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
@@ -69,7 +72,7 @@ impl Keystream {
 
     /// The widest version this CPU runs: what draws use unless a benchmark chose another.
     pub fn widest() -> Keystream {
-        [Keystream::Avx512, Keystream::Avx2]
+        Keystream::ALL
             .into_iter()
             .find(|version| version.runs())
             .unwrap_or(Keystream::Generator)
@@ -83,24 +86,14 @@ impl Keystream {
     /// If this CPU does not run `version`.
     pub fn choose(version: Keystream) {
         assert!(version.runs(), "{version:?} unsupported");
-        CHOSEN.store(version.code(), Ordering::Relaxed);
+        CHOSEN.store(version as u8 + 1, Ordering::Relaxed);
     }
 
     /// The version draws use: the one a benchmark chose, else the widest.
     pub fn current() -> Keystream {
         match CHOSEN.load(Ordering::Relaxed) {
-            1 => Keystream::Avx512,
-            2 => Keystream::Avx2,
-            3 => Keystream::Generator,
-            _ => Keystream::widest(),
-        }
-    }
-
-    fn code(self) -> u8 {
-        match self {
-            Keystream::Avx512 => 1,
-            Keystream::Avx2 => 2,
-            Keystream::Generator => 3,
+            0 => Keystream::widest(),
+            chosen => Keystream::ALL[usize::from(chosen - 1)],
         }
     }
 
@@ -395,23 +388,12 @@ mod tests {
     use rand_chacha::ChaCha12Rng;
     use rand_core::{RngCore, SeedableRng};
 
-    fn key_of(seed: &[u8; 32]) -> [u32; 8] {
-        core::array::from_fn(|i| {
-            u32::from_le_bytes([
-                seed[4 * i],
-                seed[4 * i + 1],
-                seed[4 * i + 2],
-                seed[4 * i + 3],
-            ])
-        })
-    }
-
     /// Every vector version this CPU runs writes the generator's own blocks, from block
     /// counters that carry into the high word too.
     #[test]
     fn every_version_writes_the_generators_blocks() {
         let seed = [0x5Au8; 32];
-        let key = key_of(&seed);
+        let key = crate::randomness::key_words(&ChaCha12Rng::from_seed(seed));
         for first in [0u64, 3, (1 << 32) - 5] {
             let mut rng = ChaCha12Rng::from_seed(seed);
             rng.set_word_pos(u128::from(first) * 16);
