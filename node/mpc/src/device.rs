@@ -23,6 +23,8 @@ use crate::circuit::{Circuit, SharedBits};
 use crate::network::{NetworkError, Peer, Transport};
 use crate::randomness::Neighbour;
 use crate::session::Session;
+use crate::share::Word;
+use zerocopy::IntoBytes;
 
 /// The kernel sources as NVRTC compiles them: the CUDA prelude, then every kernel file.
 pub const KERNELS_CU: &str = concat!(
@@ -129,30 +131,37 @@ impl<D: KernelDevice> DeviceVec<D> {
         }
     }
 
-    fn from_bytes(dev: &Arc<D>, bytes: Vec<u8>) -> DeviceVec<D> {
-        let len = bytes.len();
-        let mut padded = zeroize::Zeroizing::new(bytes);
-        padded.resize(len.max(8), 0);
+    /// A copy of `values` on the device, each word little-endian as the kernels read it.
+    fn from_words<T: Word>(dev: &Arc<D>, values: &[T]) -> DeviceVec<D> {
+        let bytes = values.as_bytes();
+        let buf = if cfg!(target_endian = "little") && bytes.len() >= 8 {
+            dev.upload(bytes)
+        } else {
+            // Never a zero-sized allocation (see `zeroed`), and words swapped where needed.
+            let mut le = zeroize::Zeroizing::new(crate::share::encode(values));
+            le.resize(bytes.len().max(8), 0);
+            dev.upload(&le)
+        };
         DeviceVec {
             dev: dev.clone(),
-            buf: Arc::new(dev.upload(&padded)),
+            buf: Arc::new(buf),
             offset: 0,
-            bytes: len,
+            bytes: bytes.len(),
         }
     }
 
     /// A copy of `values` on the device.
     pub fn from_u16(dev: &Arc<D>, values: &[u16]) -> DeviceVec<D> {
-        Self::from_bytes(dev, crate::share::encode(values))
+        Self::from_words(dev, values)
     }
 
     /// A copy of `values` on the device.
     pub fn from_u64(dev: &Arc<D>, values: &[u64]) -> DeviceVec<D> {
-        Self::from_bytes(dev, crate::share::encode(values))
+        Self::from_words(dev, values)
     }
 
     fn from_u32(dev: &Arc<D>, values: &[u32]) -> DeviceVec<D> {
-        Self::from_bytes(dev, crate::share::encode(values))
+        Self::from_words(dev, values)
     }
 
     /// The device address of the first byte.
@@ -175,27 +184,34 @@ impl<D: KernelDevice> DeviceVec<D> {
         }
     }
 
-    fn bytes(&self) -> zeroize::Zeroizing<Vec<u8>> {
-        let mut out = zeroize::Zeroizing::new(vec![0u8; self.bytes]);
+    /// The contents as words, copied from the device straight into them.
+    fn to_words<T: Word>(&self) -> Vec<T> {
+        assert!(
+            self.bytes.is_multiple_of(T::BYTES),
+            "a whole number of words"
+        );
+        let mut out = vec![T::default(); self.bytes / T::BYTES];
         if self.bytes > 0 {
-            self.dev.download(&self.buf, self.offset, &mut out);
+            let bytes = out.as_mut_bytes();
+            self.dev.download(&self.buf, self.offset, bytes);
+            crate::share::swap_to_le::<T>(bytes);
         }
         out
     }
 
     /// The contents as u16.
     pub fn to_u16(&self) -> Vec<u16> {
-        crate::share::decode(&self.bytes()).expect("a whole number of u16")
+        self.to_words()
     }
 
     /// The contents as u32.
     pub fn to_u32(&self) -> Vec<u32> {
-        crate::share::decode(&self.bytes()).expect("a whole number of u32")
+        self.to_words()
     }
 
     /// The contents as u64.
     pub fn to_u64(&self) -> Vec<u64> {
-        crate::share::decode(&self.bytes()).expect("a whole number of u64")
+        self.to_words()
     }
 }
 

@@ -59,6 +59,7 @@ pub trait DotEngine: Send + Sync {
             rows: queries.len() / len,
             layout: QueryLayout::Rows,
             data: queries,
+            resident: None,
         }
     }
 
@@ -149,6 +150,9 @@ pub struct PreparedQueries {
     pub layout: QueryLayout,
     /// The coefficients.
     pub data: ScratchVec,
+    /// The engine's own copy where it keeps one beside `data` (the GPU engine's, split and
+    /// resident on its devices for the batch's passes); wiped and freed with this.
+    pub resident: Option<Box<dyn core::any::Any + Send + Sync>>,
 }
 
 impl core::fmt::Debug for PreparedQueries {

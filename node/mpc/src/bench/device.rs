@@ -19,12 +19,13 @@ use crate::circuit::Circuit;
 use crate::compare::or_blocks;
 use crate::db::MatchDb;
 use crate::db::Part;
-use crate::device::{DeviceCircuit, KernelDevice};
+use crate::device::{Arg, DeviceCircuit, KernelDevice};
 use crate::dot::DotEngine;
 use crate::error::EngineError;
 use crate::local::{additive_u16, run_three, Recording};
 use crate::network::NetworkError;
 use crate::pipeline::{evaluate, MatchResult, PipelineConfig, PipelineRequest, Target};
+use crate::scratch::ScratchVec;
 use crate::session::Session;
 use crate::synthetic::random_shares;
 
@@ -58,7 +59,9 @@ pub struct DeviceBenchReport {
     pub queries: usize,
     /// Seconds to make one party's database resident.
     pub load_seconds: f64,
-    /// Dot-product phase: comparisons (a 12,800 and a 6,400 element product each).
+    /// Dot-product phase: comparisons (a 12,800 and a 6,400 element product each), the
+    /// batch's queries prepared once ([`DotEngine::prepare_queries`]) and every product
+    /// brought to the host, as the pipeline's passes do.
     pub dot_per_party_device: f64,
     /// The same in 12,800-element products (1.5 per comparison).
     pub dot_12800_per_party_device: f64,
@@ -66,6 +69,10 @@ pub struct DeviceBenchReport {
     pub comparison_on: String,
     /// Comparison phase (split, lift, MSB, OR over rotations).
     pub compare_per_party_device: f64,
+    /// Wall-clock seconds of the comparison-phase run.
+    pub compare_seconds: f64,
+    /// Of those, per party, the kernel device's calls, where it ran on one.
+    pub compare_device_seconds: Option<DeviceTimes>,
     /// The whole pipeline of a batch.
     pub pipeline_per_party_device: f64,
     /// Int8 operations per second the GEMMs sustain on device-resident operands.
@@ -109,6 +116,14 @@ impl std::fmt::Display for DeviceBenchReport {
             g(self.compare_per_party_device),
             self.comparison_on
         )?;
+        if let Some(t) = self.compare_device_seconds {
+            writeln!(
+                f,
+                "    of its {:.3} s per party: allocations {:.3} s, uploads {:.3} s, launches \
+                 {:.3} s, downloads with the wait for the device {:.3} s",
+                self.compare_seconds, t.alloc, t.upload, t.launch, t.download
+            )?;
+        }
         writeln!(
             f,
             "  whole pipeline      {:>12}",
@@ -150,6 +165,15 @@ pub trait ComparisonPlace: Sync {
         md: &[u16],
         a: u32,
     ) -> Result<(), NetworkError>;
+
+    /// Where the kernel device's calls spent time since [`ComparisonPlace::reset_times`],
+    /// per party; `None` off a kernel device.
+    fn device_times(&self) -> Option<DeviceTimes> {
+        None
+    }
+
+    /// Starts [`ComparisonPlace::device_times`] afresh.
+    fn reset_times(&self) {}
 
     /// Party `party`'s pipeline for one batch.
     ///
@@ -209,13 +233,113 @@ impl ComparisonPlace for OnHost {
     }
 }
 
-/// The comparison phase on kernel devices, one per party.
+/// Seconds a party's kernel device spent in each kind of call, averaged over the parties.
+/// Launches only enqueue; a download waits for every launch before it, so the device's
+/// own work shows there.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct DeviceTimes {
+    /// Allocations (zeroed).
+    pub alloc: f64,
+    /// Copies to the device.
+    pub upload: f64,
+    /// Kernel launches (enqueueing).
+    pub launch: f64,
+    /// Copies to the host, with the wait for the launches before them.
+    pub download: f64,
+}
+
+/// A kernel device that times its calls ([`DeviceTimes`]).
 #[derive(Debug)]
-pub struct OnDevices<D: KernelDevice>(pub [std::sync::Arc<D>; 3], pub String);
+pub struct Timed<D: KernelDevice> {
+    inner: std::sync::Arc<D>,
+    /// Nanoseconds: alloc, upload, launch, download.
+    nanos: [std::sync::atomic::AtomicU64; 4],
+}
+
+impl<D: KernelDevice> Timed<D> {
+    /// Times the calls made to `inner` through this.
+    pub fn new(inner: std::sync::Arc<D>) -> Self {
+        Timed {
+            inner,
+            nanos: Default::default(),
+        }
+    }
+
+    fn timed<R>(&self, what: usize, f: impl FnOnce() -> R) -> R {
+        let started = Instant::now();
+        let r = f();
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.nanos[what].fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
+        r
+    }
+
+    fn seconds(&self, what: usize) -> f64 {
+        self.nanos[what].load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e9
+    }
+}
+
+impl<D: KernelDevice> KernelDevice for Timed<D> {
+    type Buf = D::Buf;
+
+    fn alloc_zeroed(&self, bytes: usize) -> D::Buf {
+        self.timed(0, || self.inner.alloc_zeroed(bytes))
+    }
+
+    fn upload(&self, bytes: &[u8]) -> D::Buf {
+        self.timed(1, || self.inner.upload(bytes))
+    }
+
+    fn launch(&self, kernel: &'static str, grid: (u32, u32), block: u32, args: &[Arg]) {
+        self.timed(2, || self.inner.launch(kernel, grid, block, args));
+    }
+
+    fn download(&self, buf: &D::Buf, offset: usize, out: &mut [u8]) {
+        self.timed(3, || self.inner.download(buf, offset, out));
+    }
+
+    fn address(&self, buf: &D::Buf) -> u64 {
+        self.inner.address(buf)
+    }
+}
+
+/// The comparison phase on kernel devices, one per party, each call timed.
+#[derive(Debug)]
+pub struct OnDevices<D: KernelDevice> {
+    devices: [std::sync::Arc<Timed<D>>; 3],
+    label: String,
+}
+
+impl<D: KernelDevice> OnDevices<D> {
+    /// Party `i` on `devices[i]`; `label` names the place in the report.
+    pub fn new(devices: [std::sync::Arc<D>; 3], label: String) -> Self {
+        OnDevices {
+            devices: devices.map(|d| std::sync::Arc::new(Timed::new(d))),
+            label,
+        }
+    }
+}
 
 impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
     fn label(&self) -> String {
-        self.1.clone()
+        self.label.clone()
+    }
+
+    fn device_times(&self) -> Option<DeviceTimes> {
+        let mean = |what: usize| self.devices.iter().map(|d| d.seconds(what)).sum::<f64>() / 3.0;
+        Some(DeviceTimes {
+            alloc: mean(0),
+            upload: mean(1),
+            launch: mean(2),
+            download: mean(3),
+        })
+    }
+
+    fn reset_times(&self) {
+        for d in &self.devices {
+            for n in &d.nanos {
+                n.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 
     fn compare(
@@ -227,7 +351,7 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
         a: u32,
     ) -> Result<(), NetworkError> {
         compare_and_or(
-            &mut DeviceCircuit::new(session, self.0[party].clone()),
+            &mut DeviceCircuit::new(session, self.devices[party].clone()),
             cd,
             md,
             a,
@@ -243,7 +367,7 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
         requests: &[PipelineRequest<'_>],
         config: &PipelineConfig,
     ) -> Result<Vec<MatchResult>, NetworkError> {
-        let mut circuit = DeviceCircuit::new(session, self.0[party].clone());
+        let mut circuit = DeviceCircuit::new(session, self.devices[party].clone());
         evaluate(&mut circuit, engine, db, requests, config)
     }
 }
@@ -292,13 +416,20 @@ pub fn run(
         for e in engines {
             let (db, q_code, q_mask) = (&db, &q_code, &q_mask);
             scope.spawn(move || {
+                // Once per batch, as the pipeline does: the passes reuse the prepared queries.
+                let prepare = |rows: &[u16], part: Part| {
+                    let mut copy = ScratchVec::zeroed(rows.len());
+                    copy.copy_from_slice(rows);
+                    e.prepare_queries(copy, part.coefs())
+                };
+                let (code, mask) = (prepare(q_code, Part::Code), prepare(q_mask, Part::Mask));
                 let mut out = vec![0u16; rows * chunk];
                 for start in (0..n).step_by(chunk) {
                     let end = (start + chunk).min(n);
                     let out = &mut out[..rows * (end - start)];
                     for eye in 0..2 {
-                        e.dot_db(q_code, db, eye, Part::Code, start..end, out);
-                        e.dot_db(q_mask, db, eye, Part::Mask, start..end, out);
+                        e.dot_db_prepared(&code, db, eye, Part::Code, start..end, out);
+                        e.dot_db_prepared(&mask, db, eye, Part::Mask, start..end, out);
                     }
                 }
             });
@@ -318,6 +449,7 @@ pub fn run(
         .collect();
     let cd: Vec<u16> = md.iter().map(|&m| m / 2).collect();
     let (cd_shares, md_shares) = (additive_u16(&mut rng, &cd), additive_u16(&mut rng, &md));
+    place.reset_times();
     let started = Instant::now();
     run_three(1, |s| {
         let i = s.party().index();
@@ -325,7 +457,9 @@ pub fn run(
             .compare(i, s, &cd_shares[i], &md_shares[i], a)
             .expect("in-memory network");
     });
-    let compare_rate = 3.0 * comparisons as f64 / started.elapsed().as_secs_f64();
+    let compare_seconds = started.elapsed().as_secs_f64();
+    let compare_rate = 3.0 * comparisons as f64 / compare_seconds;
+    let compare_device_seconds = place.device_times();
     drop((cd_shares, md_shares));
 
     progress("whole pipeline");
@@ -371,6 +505,8 @@ pub fn run(
         dot_per_party_device: dot_rate,
         dot_12800_per_party_device: dot_rate * (CODE_COEFS + MASK_COEFS) as f64 / CODE_COEFS as f64,
         compare_per_party_device: compare_rate,
+        compare_seconds,
+        compare_device_seconds,
         pipeline_per_party_device: pipeline_rate,
         gemm_ops_per_second: gemm_ops,
         int8_peak: peak,
@@ -398,7 +534,7 @@ pub fn run_gpu(
     progress("int8 GEMM probe");
     let gemm_ops = engines[0].gemm_ops_per_second(16_384, 4_096, CODE_COEFS, 10)?;
     let peak = int8_dense_peak(&engines[0].device_name()?);
-    let place = OnDevices(
+    let place = OnDevices::new(
         [
             engines[0].kernels(),
             engines[1].kernels(),
@@ -449,11 +585,16 @@ mod tests {
         #[cfg(feature = "host-kernels")]
         {
             let dev = std::sync::Arc::new(crate::device::host::HostDevice::default());
-            let place = OnDevices([dev.clone(), dev.clone(), dev], "host-run kernels".into());
+            let place = OnDevices::new([dev.clone(), dev.clone(), dev], "host-run kernels".into());
             let on_kernels = run(config, [&cpu, &cpu, &cpu], &place, (1e12, None), |_| {})
                 .expect("bench on the host-run kernels");
             assert_eq!(on_kernels.bytes_per_comparison, report.bytes_per_comparison);
             assert!(on_kernels.to_string().contains("on host-run kernels"));
+            let times = on_kernels
+                .compare_device_seconds
+                .expect("timed on a kernel device");
+            assert!(times.launch > 0.0 && times.download > 0.0, "{times:?}");
+            assert!(times.launch + times.download <= on_kernels.compare_seconds);
         }
     }
 }

@@ -667,6 +667,7 @@ impl DotEngine for CpuEngine {
             rows,
             layout: QueryLayout::Panels(panel),
             data: self.install(|| interleave(&queries, len, panel)),
+            resident: None,
         }
     }
 
@@ -703,6 +704,7 @@ impl DotEngine for CpuEngine {
             rows: bases * ROTATION_COUNT,
             layout: QueryLayout::Correlated(p),
             data,
+            resident: None,
         }
     }
 

@@ -30,9 +30,10 @@ use self::buffers::*;
 use self::device::Device;
 use self::rows::{plane_index, DeviceDb};
 use crate::db::{MatchDb, Part};
-use crate::dot::DotEngine;
+use crate::dot::{DotEngine, PreparedQueries, QueryLayout};
 use crate::engine::mirror::{Mirror, Sharded};
 use crate::error::EngineError;
+use crate::scratch::ScratchVec;
 
 struct State {
     /// One per shard of the database, in shard order.
@@ -46,6 +47,8 @@ struct State {
 /// devices have nothing to combine among themselves.
 pub struct GpuEngine {
     name: String,
+    /// Tells this engine's [`ResidentQueries`] from another's.
+    id: u64,
     state: Mutex<State>,
 }
 
@@ -115,8 +118,10 @@ impl GpuEngine {
             devices,
             mirror: Mirror::new(Sharded::new(shards)),
         };
+        static ENGINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Ok(GpuEngine {
             name,
+            id: ENGINES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             state: Mutex::new(state),
         })
     }
@@ -172,6 +177,117 @@ impl GpuEngine {
             panic!("{}: {e}", self.name);
         }
     }
+
+    /// This engine's device copy of `queries`, if it made one.
+    fn resident<'q>(&self, queries: &'q PreparedQueries) -> Option<&'q ResidentQueries> {
+        assert_eq!(
+            queries.layout,
+            QueryLayout::Rows,
+            "queries laid out by another engine"
+        );
+        let resident = queries
+            .resident
+            .as_ref()?
+            .downcast_ref::<ResidentQueries>()?;
+        (resident.engine == self.id).then_some(resident)
+    }
+
+    fn dot_with(
+        &self,
+        queries: &[u16],
+        resident: Option<&ResidentQueries>,
+        db: &[u16],
+        len: usize,
+        out: &mut [u16],
+    ) {
+        assert!(
+            len.is_multiple_of(64)
+                && queries.len().is_multiple_of(len)
+                && db.len().is_multiple_of(len)
+        );
+        let (n, m) = (queries.len() / len, db.len() / len);
+        assert_eq!(out.len(), n * m);
+        if n == 0 || m == 0 {
+            return;
+        }
+        self.run(|state| {
+            let device = &mut state.devices[0];
+            device.ctx.bind_to_thread()?;
+            let stream = device.stream.clone();
+            stage(&stream, &mut device.scratch.d, db, len, round_up(m, PAD))?;
+            let resident = resident.map(|r| &r.planes[0].1);
+            device.product(queries, resident, None, 0, m, out)
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dot_db_with(
+        &self,
+        queries: &[u16],
+        resident: Option<&ResidentQueries>,
+        db: &MatchDb,
+        eye: usize,
+        part: Part,
+        rows: core::ops::Range<usize>,
+        out: &mut [u16],
+    ) {
+        let len = part.coefs();
+        assert!(queries.len().is_multiple_of(len) && rows.end <= db.len());
+        let (n, m) = (queries.len() / len, rows.len());
+        assert_eq!(out.len(), n * m);
+        if n == 0 || m == 0 {
+            return;
+        }
+        let resident = |k: usize| resident.map(|r| &r.planes[k].1);
+        self.run(|state| {
+            let State { devices, mirror } = state;
+            mirror.sync(db)?;
+            let store = mirror.store();
+            let pieces = store.pieces(rows.clone());
+            let plane = |k: usize| &store.shards()[k].planes[plane_index(eye, part)];
+            if let [(k, local, _)] = pieces.as_slice() {
+                let device = &mut devices[*k];
+                return device.product(queries, resident(*k), Some(plane(*k)), local.start, m, out);
+            }
+            // Several shards: each device computes its block on its own thread.
+            let blocks = std::thread::scope(|scope| {
+                let mut handles = Vec::new();
+                for (device_index, device) in devices.iter_mut().enumerate() {
+                    let Some((k, local, offset)) =
+                        pieces.iter().find(|p| p.0 == device_index).cloned()
+                    else {
+                        continue;
+                    };
+                    let (plane, resident) = (plane(k), resident(k));
+                    handles.push(scope.spawn(move || {
+                        let mut block = vec![0u16; n * local.len()];
+                        let width = local.len();
+                        device
+                            .product(
+                                queries,
+                                resident,
+                                Some(plane),
+                                local.start,
+                                width,
+                                &mut block,
+                            )
+                            .map(|()| (offset, width, block))
+                    }));
+                }
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a device thread panicked"))
+                    .collect::<Result<Vec<_>, GpuError>>()
+            })?;
+            for (offset, width, block) in blocks {
+                for q in 0..n {
+                    out[q * m + offset..q * m + offset + width]
+                        .copy_from_slice(&block[q * width..(q + 1) * width]);
+                }
+            }
+            Ok(())
+        });
+    }
 }
 
 impl DotEngine for GpuEngine {
@@ -196,23 +312,7 @@ impl DotEngine for GpuEngine {
     }
 
     fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
-        assert!(
-            len.is_multiple_of(64)
-                && queries.len().is_multiple_of(len)
-                && db.len().is_multiple_of(len)
-        );
-        let (n, m) = (queries.len() / len, db.len() / len);
-        assert_eq!(out.len(), n * m);
-        if n == 0 || m == 0 {
-            return;
-        }
-        self.run(|state| {
-            let device = &mut state.devices[0];
-            device.ctx.bind_to_thread()?;
-            let stream = device.stream.clone();
-            stage(&stream, &mut device.scratch.d, db, len, round_up(m, PAD))?;
-            device.product(queries, None, 0, m, out)
-        });
+        self.dot_with(queries, None, db, len, out);
     }
 
     fn dot_db(
@@ -224,52 +324,54 @@ impl DotEngine for GpuEngine {
         rows: core::ops::Range<usize>,
         out: &mut [u16],
     ) {
-        let len = part.coefs();
-        assert!(queries.len().is_multiple_of(len) && rows.end <= db.len());
-        let (n, m) = (queries.len() / len, rows.len());
-        assert_eq!(out.len(), n * m);
-        if n == 0 || m == 0 {
-            return;
+        self.dot_db_with(queries, None, db, eye, part, rows, out);
+    }
+
+    /// Splits the queries and uploads them to every device once: a batch's passes reuse them.
+    fn prepare_queries(&self, queries: ScratchVec, len: usize) -> PreparedQueries {
+        let rows = queries.len() / len;
+        let mut resident = None;
+        if rows > 0 {
+            self.run(|state| {
+                let mut planes = Vec::with_capacity(state.devices.len());
+                for device in &state.devices {
+                    device.ctx.bind_to_thread()?;
+                    let rows_pad = round_up(rows, PAD);
+                    let mut plane = Plane::new(&device.stream, len, rows_pad)?;
+                    stage(&device.stream, &mut plane, &queries, len, rows_pad)?;
+                    planes.push((device.stream.clone(), plane));
+                }
+                let made: Box<dyn core::any::Any + Send + Sync> = Box::new(ResidentQueries {
+                    engine: self.id,
+                    planes,
+                });
+                resident = Some(made);
+                Ok(())
+            });
         }
-        self.run(|state| {
-            let State { devices, mirror } = state;
-            mirror.sync(db)?;
-            let store = mirror.store();
-            let pieces = store.pieces(rows.clone());
-            let plane = |k: usize| &store.shards()[k].planes[plane_index(eye, part)];
-            if let [(k, local, _)] = pieces.as_slice() {
-                return devices[*k].product(queries, Some(plane(*k)), local.start, m, out);
-            }
-            // Several shards: each device computes its block on its own thread.
-            let blocks = std::thread::scope(|scope| {
-                let mut handles = Vec::new();
-                for (device_index, device) in devices.iter_mut().enumerate() {
-                    let Some((k, local, offset)) =
-                        pieces.iter().find(|p| p.0 == device_index).cloned()
-                    else {
-                        continue;
-                    };
-                    let plane = plane(k);
-                    handles.push(scope.spawn(move || {
-                        let mut block = vec![0u16; n * local.len()];
-                        device
-                            .product(queries, Some(plane), local.start, local.len(), &mut block)
-                            .map(|()| (offset, local.len(), block))
-                    }));
-                }
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("a device thread panicked"))
-                    .collect::<Result<Vec<_>, GpuError>>()
-            })?;
-            for (offset, width, block) in blocks {
-                for q in 0..n {
-                    out[q * m + offset..q * m + offset + width]
-                        .copy_from_slice(&block[q * width..(q + 1) * width]);
-                }
-            }
-            Ok(())
-        });
+        PreparedQueries {
+            rows,
+            layout: QueryLayout::Rows,
+            data: queries,
+            resident,
+        }
+    }
+
+    fn dot_prepared(&self, queries: &PreparedQueries, db: &[u16], len: usize, out: &mut [u16]) {
+        self.dot_with(&queries.data, self.resident(queries), db, len, out);
+    }
+
+    fn dot_db_prepared(
+        &self,
+        queries: &PreparedQueries,
+        db: &MatchDb,
+        eye: usize,
+        part: Part,
+        rows: core::ops::Range<usize>,
+        out: &mut [u16],
+    ) {
+        let resident = self.resident(queries);
+        self.dot_db_with(&queries.data, resident, db, eye, part, rows, out);
     }
 }
 

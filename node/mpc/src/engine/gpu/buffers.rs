@@ -157,6 +157,23 @@ pub(super) fn move_rows<T: DeviceRepr>(
     Ok(())
 }
 
+/// Query vectors split and uploaded once for many products ([`crate::DotEngine::prepare_queries`]):
+/// one plane per device of the engine `engine`, in its device order, padded to whole [`PAD`]
+/// rows. Wiped when dropped: they are shares.
+pub(super) struct ResidentQueries {
+    pub(super) engine: u64,
+    pub(super) planes: Vec<(Arc<CudaStream>, Plane)>,
+}
+
+impl Drop for ResidentQueries {
+    fn drop(&mut self) {
+        // Best effort, as for the database.
+        for (stream, plane) in &mut self.planes {
+            let _ = plane.wipe(stream);
+        }
+    }
+}
+
 /// GEMM outputs and the combined result.
 pub(super) struct Outputs {
     pub(super) ll: CudaSlice<i32>,

@@ -47,10 +47,11 @@ impl Device {
     }
 
     /// `out = db^T q`: rows `first..first + m` of `db` against `queries` (host vectors of
-    /// `db.len`), `out` row-major `n x m`.
+    /// `db.len`, uploaded here unless `resident` holds them already), `out` row-major `n x m`.
     pub(super) fn product(
         &mut self,
         queries: &[u16],
+        resident: Option<&Plane>,
         db: Option<&Plane>,
         first: usize,
         m: usize,
@@ -63,7 +64,16 @@ impl Device {
         let len = db.len;
         let n = queries.len() / len;
         let (m_pad, n_pad) = (round_up(m, PAD), round_up(n, PAD));
-        stage(stream, q, queries, len, n_pad)?;
+        let q = match resident {
+            Some(plane) => {
+                assert_eq!(plane.len, len, "queries prepared for another part");
+                plane
+            }
+            None => {
+                stage(stream, q, queries, len, n_pad)?;
+                q
+            }
+        };
         assert_eq!(out.len(), m * n);
         assert!(first + m_pad <= db.capacity() && n_pad <= q.capacity());
         ensure(stream, &mut outputs.ll, m_pad * n_pad)?;

@@ -11,10 +11,16 @@ pub enum GpuError {
     #[error("no CUDA driver library (libcuda.so) could be loaded: no NVIDIA driver here")]
     NoDriver,
     /// No NVRTC library.
-    #[error("no NVRTC library (libnvrtc.so, CUDA 12 toolkit or the nvidia-cuda-nvrtc package)")]
+    #[error(
+        "no NVRTC library (libnvrtc.so or libnvrtc.so.12 on the loader path; for CUDA 13, a link \
+         named libnvrtc.so to libnvrtc.so.13)"
+    )]
     NoNvrtc,
     /// No cuBLAS library.
-    #[error("no cuBLAS library (libcublas.so, CUDA 12 toolkit or the nvidia-cublas package)")]
+    #[error(
+        "no cuBLAS library (libcublas.so or libcublas.so.12 on the loader path; for CUDA 13, a \
+         link named libcublas.so to libcublas.so.13)"
+    )]
     NoCublas,
     /// The driver sees no such device.
     #[error("no CUDA device {ordinal} ({count} present)")]

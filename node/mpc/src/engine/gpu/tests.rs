@@ -53,6 +53,25 @@ fn gpu_engine_passes_the_parity_suite() {
     };
     println!("{}", gpu.name());
     crate::engine::parity::check_engine(&gpu);
+
+    // Queries another engine made resident are read from their rows, not its devices.
+    let other = GpuEngine::new(0).expect("device 0");
+    let mut rng = ChaCha20Rng::seed_from_u64(0x6e1);
+    let mut db = MatchDb::new();
+    for serial in 1..=9u64 {
+        db.push(serial, &random_shares(&mut rng));
+    }
+    let len = Part::Mask.coefs();
+    let mut rows = crate::scratch::ScratchVec::zeroed(5 * len);
+    rows.iter_mut().for_each(|c| *c = rng.next_u32() as u16);
+    let mut expected = vec![0u16; 5 * 9];
+    CpuEngine::new().dot_db(&rows, &db, 1, Part::Mask, 0..9, &mut expected);
+    let prepared = other.prepare_queries(rows, len);
+    for engine in [&gpu, &other] {
+        let mut out = vec![0xA5A5u16; 5 * 9];
+        engine.dot_db_prepared(&prepared, &db, 1, Part::Mask, 0..9, &mut out);
+        assert!(out == expected, "{}", engine.name());
+    }
 }
 
 /// The resident database equals the CPU engine's view of the host database, bit for bit,
@@ -89,6 +108,13 @@ fn resident_database_matches(gpu: &GpuEngine) {
                     gpu.dot_db(q, db, eye, part, rows.clone(), &mut g);
                     cpu.dot_db(q, db, eye, part, rows.clone(), &mut c);
                     assert!(g == c, "{what}: eye {eye} {part:?} rows {rows:?}");
+                    // The same queries resident on every shard's device.
+                    let mut copy = crate::scratch::ScratchVec::zeroed(q.len());
+                    copy.copy_from_slice(q);
+                    let prepared = gpu.prepare_queries(copy, part.coefs());
+                    g.fill(0xA5A5);
+                    gpu.dot_db_prepared(&prepared, db, eye, part, rows.clone(), &mut g);
+                    assert!(g == c, "{what}: resident, eye {eye} {part:?} rows {rows:?}");
                 }
             }
         }
