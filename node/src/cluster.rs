@@ -315,7 +315,13 @@ impl Orb {
             .into_iter()
             .enumerate()
         {
-            r.map_err(|s| format!("party {party} refused the envelope: {}", s.message()))?;
+            r.map_err(|s| {
+                if unreachable(&s) {
+                    format!("party {party} could not be reached: {}", s.message())
+                } else {
+                    format!("party {party} refused the envelope: {}", s.message())
+                }
+            })?;
         }
         Ok(())
     }
@@ -340,6 +346,13 @@ impl Orb {
 /// final (`StreamResults` naming the id), so waiting costs no polling; where the stream
 /// ends without it (the node restarted, or the stream fell behind), `GetResult` is polled
 /// with a growing pause.
+/// Whether a call failed for want of the node rather than by its answer: it is down or
+/// restarting (UNAVAILABLE), or the client made the status from its own transport error, which
+/// it carries as the source.
+fn unreachable(s: &tonic::Status) -> bool {
+    s.code() == tonic::Code::Unavailable || std::error::Error::source(s).is_some()
+}
+
 async fn wait_for_result(
     client: &OrbClient,
     id: &RequestId,
@@ -376,10 +389,8 @@ async fn wait_for_result(
             // such as an HTTP/2 error while the node shuts down); one that has not decided yet
             // answers NOT_FOUND. Asking again is harmless: GetResult only reads.
             Err(s)
-                if matches!(
-                    s.code(),
-                    tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::NotFound
-                ) || std::error::Error::source(&s).is_some() =>
+                if unreachable(&s)
+                    || matches!(s.code(), tonic::Code::Cancelled | tonic::Code::NotFound) =>
             {
                 if tokio::time::Instant::now() + pause > deadline {
                     return Err(late());

@@ -232,7 +232,17 @@ async fn one_eye_replaced_matches_within_the_lookback_window_or_when_named() -> 
         "without the named id, both eyes must match"
     );
     assert_eq!(cluster.states()[0].shares().len(), enrolled + 1);
-    cluster.shutdown().await
+    cluster.shutdown().await?;
+
+    // Nodes that are gone are named unreachable, not said to refuse the envelope.
+    let env = orb.envelope(&mut OsRng, &meta(T::Uniqueness), &half.0, &half.1)?;
+    let e = orb
+        .submit(&env)
+        .await
+        .err()
+        .ok_or("accepted by stopped nodes")?;
+    assert!(e.to_string().contains("could not be reached"), "{e}");
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
