@@ -19,7 +19,7 @@ use crate::compare::{match_bits, or_blocks};
 use crate::db::{MatchDb, Part};
 use crate::dot::DotEngine;
 use crate::engine::{mac_peak, CpuEngine, Kernel, MacPeak};
-use crate::local::{additive_u16, run_three};
+use crate::local::{additive_u16, run_three_unrecorded};
 use crate::pipeline::{evaluate, PairRules, PipelineConfig, PipelineRequest, Target};
 use crate::process::{cpu_seconds, resident_bytes};
 use crate::randomness::Keystream;
@@ -239,7 +239,8 @@ fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
 pub const MEMORY_PEOPLE: usize = 20_000;
 
 /// Resident bytes per enrolled person: one party's [`MatchDb`] of `people` people, measured
-/// as the growth of the process's resident set while it is built.
+/// as the growth of the process's resident set while it is built. Memory the process freed
+/// earlier but kept could take part of the database unseen: measure before other work.
 pub fn resident_bytes_per_enrolled(people: usize) -> Option<f64> {
     let mut rng = ChaCha20Rng::seed_from_u64(20_000);
     let person = synthetic::random_shares(&mut rng);
@@ -268,6 +269,10 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let n = config.db_entries.max(1);
     let q = config.queries.max(1);
     let rows = q * ROTATION_COUNT;
+
+    // First, while the heap holds no freed memory a growing database could reuse unseen.
+    progress("resident memory of the share database");
+    let resident = resident_bytes_per_enrolled(MEMORY_PEOPLE);
 
     progress("multiply-add peak");
     let peak = mac_peak(kernel);
@@ -327,7 +332,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let cd: Vec<u16> = md.iter().map(|&m| m / 2).collect();
     let (cd_shares, md_shares) = (additive_u16(&mut rng, &cd), additive_u16(&mut rng, &md));
     let (_, compare_seconds) = best_of_three(|| {
-        run_three(1, |s| {
+        run_three_unrecorded(1, |s| {
             let i = s.party().index();
             let bits = match_bits(s, &cd_shares[i], &md_shares[i], a).expect("in-memory network");
             or_blocks(s, &bits, ROTATION_COUNT).expect("in-memory network")
@@ -359,7 +364,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         .collect();
     let batch = |mirror: bool| {
         best_of_three(|| {
-            run_three(2, |s| {
+            run_three_unrecorded(2, |s| {
                 let i = s.party().index();
                 let db = &dbs[i];
                 let requests: Vec<PipelineRequest<'_>> = shares[n..]
@@ -395,9 +400,6 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     std::hint::black_box(matches);
     let plain_rate = pipeline_comparisons as f64 / plain_seconds;
     drop(dbs);
-
-    progress("resident memory of the share database");
-    let resident = resident_bytes_per_enrolled(MEMORY_PEOPLE);
 
     BenchReport {
         kernel: kernel.name().to_owned(),

@@ -64,8 +64,30 @@ pub fn run_three_seeded<R: Send>(
     seeds: &[[u8; 32]; 3],
     f: impl Fn(&mut Session<'_, Recording>) -> R + Sync,
 ) -> [(R, Traffic, View); 3] {
+    let record = |inner| Recording {
+        inner,
+        received: Vec::new(),
+    };
+    run_three_over(seeds, record, f).map(|(r, traffic, t)| (r, traffic, t.received))
+}
+
+/// [`run_three`] without keeping the messages: what the benchmarks run, since a node keeps
+/// none either (a party's view grows by every byte it receives).
+pub fn run_three_unrecorded<R: Send>(
+    seed: u64,
+    f: impl Fn(&mut Session<'_, InMemoryTransport>) -> R + Sync,
+) -> [(R, Traffic); 3] {
+    run_three_over(&pair_seeds(seed), |t| t, f).map(|(r, traffic, _)| (r, traffic))
+}
+
+/// The three parties on threads, each over the in-memory network wrapped by `wrap`.
+fn run_three_over<R: Send, T: Transport + Send>(
+    seeds: &[[u8; 32]; 3],
+    wrap: impl Fn(InMemoryTransport) -> T + Sync,
+    f: impl Fn(&mut Session<'_, T>) -> R + Sync,
+) -> [(R, Traffic, T); 3] {
     let transports = in_memory_network();
-    let f = &f;
+    let (f, wrap) = (&f, &wrap);
     std::thread::scope(|scope| {
         let handles: Vec<_> = transports
             .into_iter()
@@ -76,17 +98,14 @@ pub fn run_three_seeded<R: Send>(
                     // Shares of a person are 77 KB; unoptimised builds keep several on the stack.
                     .stack_size(8 << 20);
                 party.spawn_scoped(scope, move || {
-                    let mut transport = Recording {
-                        inner,
-                        received: Vec::new(),
-                    };
+                    let mut transport = wrap(inner);
                     let mut randomness =
                         CorrelatedRandomness::from_seeds(&seeds[i], &seeds[(i + 2) % 3]);
                     let mut session =
                         Session::new(PartyId::ALL[i], &mut transport, &mut randomness);
                     let out = f(&mut session);
                     let traffic = session.traffic();
-                    (out, traffic, transport.received)
+                    (out, traffic, transport)
                 })
             })
             .collect();

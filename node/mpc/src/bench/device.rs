@@ -22,7 +22,8 @@ use crate::db::Part;
 use crate::device::{Arg, DeviceCircuit, KernelDevice};
 use crate::dot::DotEngine;
 use crate::error::EngineError;
-use crate::local::{additive_u16, run_three, Recording};
+use crate::local::{additive_u16, run_three_unrecorded};
+use crate::network::InMemoryTransport;
 use crate::network::NetworkError;
 use crate::pipeline::{evaluate, MatchResult, PipelineConfig, PipelineRequest, Target};
 use crate::scratch::ScratchVec;
@@ -160,7 +161,7 @@ pub trait ComparisonPlace: Sync {
     fn compare(
         &self,
         party: usize,
-        session: &mut Session<'_, Recording>,
+        session: &mut Session<'_, InMemoryTransport>,
         cd: &[u16],
         md: &[u16],
         a: u32,
@@ -182,7 +183,7 @@ pub trait ComparisonPlace: Sync {
     fn evaluate(
         &self,
         party: usize,
-        session: &mut Session<'_, Recording>,
+        session: &mut Session<'_, InMemoryTransport>,
         engine: &dyn DotEngine,
         db: &MatchDb,
         requests: &[PipelineRequest<'_>],
@@ -212,7 +213,7 @@ impl ComparisonPlace for OnHost {
     fn compare(
         &self,
         _party: usize,
-        session: &mut Session<'_, Recording>,
+        session: &mut Session<'_, InMemoryTransport>,
         cd: &[u16],
         md: &[u16],
         a: u32,
@@ -223,7 +224,7 @@ impl ComparisonPlace for OnHost {
     fn evaluate(
         &self,
         _party: usize,
-        session: &mut Session<'_, Recording>,
+        session: &mut Session<'_, InMemoryTransport>,
         engine: &dyn DotEngine,
         db: &MatchDb,
         requests: &[PipelineRequest<'_>],
@@ -345,7 +346,7 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
     fn compare(
         &self,
         party: usize,
-        session: &mut Session<'_, Recording>,
+        session: &mut Session<'_, InMemoryTransport>,
         cd: &[u16],
         md: &[u16],
         a: u32,
@@ -361,7 +362,7 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
     fn evaluate(
         &self,
         party: usize,
-        session: &mut Session<'_, Recording>,
+        session: &mut Session<'_, InMemoryTransport>,
         engine: &dyn DotEngine,
         db: &MatchDb,
         requests: &[PipelineRequest<'_>],
@@ -451,7 +452,7 @@ pub fn run(
     let (cd_shares, md_shares) = (additive_u16(&mut rng, &cd), additive_u16(&mut rng, &md));
     place.reset_times();
     let started = Instant::now();
-    run_three(1, |s| {
+    run_three_unrecorded(1, |s| {
         let i = s.party().index();
         place
             .compare(i, s, &cd_shares[i], &md_shares[i], a)
@@ -471,7 +472,7 @@ pub fn run(
     pipeline_config.max_pass_comparisons = config.max_pass_comparisons;
     pipeline_config.chunk_entries = usize::MAX;
     let started = Instant::now();
-    let results = run_three(2, |s| {
+    let results = run_three_unrecorded(2, |s| {
         let i = s.party().index();
         let requests: Vec<PipelineRequest<'_>> = queries
             .iter()
