@@ -21,7 +21,7 @@
 //! binary input 4, gates 7.75; party 2: split 4, forwarding `q` 2, gates 7.75).
 
 use crate::binary::{carry_into, plane};
-use crate::bits::{to_planes, words_for};
+use crate::bits::{to_planes_u32, words_for};
 use crate::circuit::{Circuit, SharedBits};
 use crate::network::{NetworkError, Peer, Transport};
 use crate::session::Session;
@@ -173,7 +173,7 @@ fn exchange_parts<T: Transport>(
             let r = session.randomness().next_bits(planes);
             cross = session.recv(Peer::Prev, n)?;
             let x = x_of(&cross);
-            let pair = Replicated::new(zeros(), to_planes(&x, X_BITS));
+            let pair = Replicated::new(zeros(), to_planes_u32(&x, X_BITS));
             let single = Replicated::new(r, zeros());
             Ok(XParts {
                 cross,
@@ -185,7 +185,7 @@ fn exchange_parts<T: Transport>(
         1 => {
             let r = session.randomness().prev_bits(planes);
             let x = x_of(&cross);
-            let masked: Vec<u64> = to_planes(&x, X_BITS)
+            let masked: Vec<u64> = to_planes_u32(&x, X_BITS)
                 .iter()
                 .zip(&r)
                 .map(|(x, r)| x ^ r)
@@ -204,7 +204,7 @@ fn exchange_parts<T: Transport>(
             session.send(Peer::Next, &cross)?;
             let masked: Vec<u64> = session.recv(Peer::Prev, planes)?;
             let x = x_of(&cross);
-            let pair = Replicated::new(to_planes(&x, X_BITS), zeros());
+            let pair = Replicated::new(to_planes_u32(&x, X_BITS), zeros());
             let single = Replicated::new(zeros(), masked);
             Ok(XParts {
                 cross,
