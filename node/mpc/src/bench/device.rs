@@ -253,9 +253,14 @@ pub struct DeviceTimes {
 #[derive(Debug)]
 pub struct Timed<D: KernelDevice> {
     inner: std::sync::Arc<D>,
-    /// Nanoseconds: alloc, upload, launch, download.
+    /// Nanoseconds, indexed by [`ALLOC`], [`UPLOAD`], [`LAUNCH`] and [`DOWNLOAD`].
     nanos: [std::sync::atomic::AtomicU64; 4],
 }
+
+const ALLOC: usize = 0;
+const UPLOAD: usize = 1;
+const LAUNCH: usize = 2;
+const DOWNLOAD: usize = 3;
 
 impl<D: KernelDevice> Timed<D> {
     /// Times the calls made to `inner` through this.
@@ -283,19 +288,19 @@ impl<D: KernelDevice> KernelDevice for Timed<D> {
     type Buf = D::Buf;
 
     fn alloc_zeroed(&self, bytes: usize) -> D::Buf {
-        self.timed(0, || self.inner.alloc_zeroed(bytes))
+        self.timed(ALLOC, || self.inner.alloc_zeroed(bytes))
     }
 
     fn upload(&self, bytes: &[u8]) -> D::Buf {
-        self.timed(1, || self.inner.upload(bytes))
+        self.timed(UPLOAD, || self.inner.upload(bytes))
     }
 
     fn launch(&self, kernel: &'static str, grid: (u32, u32), block: u32, args: &[Arg]) {
-        self.timed(2, || self.inner.launch(kernel, grid, block, args));
+        self.timed(LAUNCH, || self.inner.launch(kernel, grid, block, args));
     }
 
     fn download(&self, buf: &D::Buf, offset: usize, out: &mut [u8]) {
-        self.timed(3, || self.inner.download(buf, offset, out));
+        self.timed(DOWNLOAD, || self.inner.download(buf, offset, out));
     }
 
     fn address(&self, buf: &D::Buf) -> u64 {
@@ -328,10 +333,10 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
     fn device_times(&self) -> Option<DeviceTimes> {
         let mean = |what: usize| self.devices.iter().map(|d| d.seconds(what)).sum::<f64>() / 3.0;
         Some(DeviceTimes {
-            alloc: mean(0),
-            upload: mean(1),
-            launch: mean(2),
-            download: mean(3),
+            alloc: mean(ALLOC),
+            upload: mean(UPLOAD),
+            launch: mean(LAUNCH),
+            download: mean(DOWNLOAD),
         })
     }
 
