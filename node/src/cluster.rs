@@ -342,10 +342,6 @@ impl Orb {
     }
 }
 
-/// One node's signed result of `id`. The node holds the call open until the result is
-/// final (`StreamResults` naming the id), so waiting costs no polling; where the stream
-/// ends without it (the node restarted, or the stream fell behind), `GetResult` is polled
-/// with a growing pause.
 /// Whether a call failed for want of the node rather than by its answer: it is down or
 /// restarting (UNAVAILABLE), or the client made the status from its own transport error, which
 /// it carries as the source.
@@ -353,6 +349,10 @@ fn unreachable(s: &tonic::Status) -> bool {
     s.code() == tonic::Code::Unavailable || std::error::Error::source(s).is_some()
 }
 
+/// One node's signed result of `id`. The node holds the call open until the result is
+/// final (`StreamResults` naming the id), so waiting costs no polling; where the stream
+/// ends without it (the node restarted, or the stream fell behind), `GetResult` is polled
+/// with a growing pause.
 async fn wait_for_result(
     client: &OrbClient,
     id: &RequestId,

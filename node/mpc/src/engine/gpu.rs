@@ -333,12 +333,14 @@ impl DotEngine for GpuEngine {
         let mut resident = None;
         if rows > 0 {
             self.run(|state| {
+                // Split once on the host; every device gets the same rows (its padding rows
+                // are zero from the allocation).
+                let split = Split::of(&queries, len);
                 let mut planes = Vec::with_capacity(state.devices.len());
                 for device in &state.devices {
                     device.ctx.bind_to_thread()?;
-                    let rows_pad = round_up(rows, PAD);
-                    let mut plane = Plane::new(&device.stream, len, rows_pad)?;
-                    stage(&device.stream, &mut plane, &queries, len, rows_pad)?;
+                    let mut plane = Plane::new(&device.stream, len, round_up(rows, PAD))?;
+                    plane.upload(&device.stream, 0, &split)?;
                     planes.push((device.stream.clone(), plane));
                 }
                 let made: Box<dyn core::any::Any + Send + Sync> = Box::new(ResidentQueries {
