@@ -289,9 +289,41 @@ pub fn evaluate<C: Circuit>(
         .max(1);
     let starts: Vec<usize> = (0..db.len()).step_by(chunk).collect();
     let rows = |start: usize| start..(start + chunk).min(db.len());
-    // The database queries and the first database pass's dot products.
-    let scan_setup = || {
-        let queries = QueryMatrix::new(party, &people).prepare_all(engine);
+    // The scanning queries laid out in two groups, the plain ones and the mirrored ones, so
+    // that the first pass can read the plain group alone.
+    let plain = scanning.iter().filter(|&&(_, mirror)| !mirror).count();
+    let prepare_scan = || -> ScanQueries {
+        [0..plain, plain..scanning.len()]
+            .into_iter()
+            .filter(|group| !group.is_empty())
+            .map(|group| {
+                let queries = QueryMatrix::new(party, &people[group.clone()]).prepare_all(engine);
+                (group, queries)
+            })
+            .collect()
+    };
+    // Where the first pass compares requests with earlier candidates, it reads their rows of
+    // the plain scanning queries, laid out once for both passes: a request's rotations would
+    // otherwise be laid out twice per batch, a fixed cost that small databases feel most.
+    let mut plain_rows = vec![None; requests.len()];
+    for (row, &(j, _)) in scanning[..plain].iter().enumerate() {
+        plain_rows[j] = Some(row);
+    }
+    let mut seen_candidate = false;
+    let with_earlier: Vec<usize> = (0..requests.len())
+        .filter(|&j| {
+            let has = requests[j].against_earlier && seen_candidate;
+            seen_candidate |= requests[j].candidate;
+            has
+        })
+        .collect();
+    let reads_scan =
+        scans && !with_earlier.is_empty() && with_earlier.iter().all(|&j| plain_rows[j].is_some());
+    let mut laid_out = reads_scan.then(prepare_scan);
+    // The scanning queries (laid out now if not yet) and the first database pass's dot
+    // products.
+    let scan_setup = |queries: Option<ScanQueries>| {
+        let queries = queries.unwrap_or_else(prepare_scan);
         let first = database_pass(engine, db, &scanning, &queries, rows(starts[0]));
         (queries, first)
     };
@@ -307,16 +339,21 @@ pub fn evaluate<C: Circuit>(
             &mut any_shared,
         )
     };
-    let batch = batch_pass(engine, db, requests, party);
-    // The batch pass's rounds wait on the network while the database scan is set up.
+    // The plain group comes first (scanning requests are its superset: never empty).
+    let from_scan = laid_out
+        .as_ref()
+        .map(|groups| (&groups[0].1, plain_rows.as_slice()));
+    let batch = batch_pass(engine, db, requests, party, from_scan);
+    // The batch pass's rounds wait on the network while the database scan is set up (its
+    // queries laid out, unless the batch pass took them already, and its first pass computed).
     let scan = std::thread::scope(|scope| {
-        beside(
-            scope,
-            (scans && overlap && batch.is_some()).then_some(scan_setup),
-            || batch.map_or(Ok(()), &mut rounds),
-        )
+        let ahead = (scans && overlap && batch.is_some()).then(|| {
+            let queries = laid_out.take();
+            move || scan_setup(queries)
+        });
+        beside(scope, ahead, || batch.map_or(Ok(()), &mut rounds))
     })?;
-    if let Some((queries, first)) = scan.or_else(|| scans.then(scan_setup)) {
+    if let Some((queries, first)) = scan.or_else(|| scans.then(|| scan_setup(laid_out.take()))) {
         let (scanning, queries) = (&scanning, &queries);
         let pass = |start: usize| database_pass(engine, db, scanning, queries, rows(start));
         std::thread::scope(|scope| -> Result<(), NetworkError> {
@@ -391,11 +428,15 @@ fn overlaps_passes(engine: &dyn DotEngine) -> bool {
 /// batch's earlier enrolment candidates (intra-batch uniqueness) and against its single
 /// entry (re-authentication). `None` if there are none. The candidates' raw shares form one
 /// contiguous matrix per eye; request `j`'s earlier candidates are a prefix of it.
+///
+/// `from_scan`: the plain scanning queries already laid out, with each request's row among
+/// them; where given, every request with earlier candidates must have one.
 fn batch_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
     party: PartyId,
+    from_scan: Option<(&EyeQueries, &[Option<usize>])>,
 ) -> Option<PassInputs> {
     let candidates: Vec<usize> = (0..requests.len())
         .filter(|&k| requests[k].candidate)
@@ -441,9 +482,12 @@ fn batch_pass(
         return None;
     }
     let mut pass = PassInputs::new(pairs);
-    // The queries: one row per request with pairs, in block order.
+    // The queries: one row per request with pairs, in block order (none where the scanning
+    // queries serve every pair).
+    let own_rows = from_scan.is_none() || blocks.iter().any(|b| b.3.is_some());
     let people: Vec<_> = blocks
         .iter()
+        .filter(|_| own_rows)
         .map(|&(j, ..)| (requests[j].shares, false))
         .collect();
     let queries = QueryMatrix::new(party, &people);
@@ -456,23 +500,38 @@ fn batch_pass(
     let n_candidates = candidates.len();
     for eye in 0..2 {
         if let (Some(lo), Some(hi)) = (lo, hi) {
-            let rows = (hi - lo) * ROTATION_COUNT;
+            // Query rows: every plain scanning query, or the requests `lo..hi`.
+            let own;
+            let (rows, [code_queries, mask_queries]) = match from_scan {
+                Some((scan, _)) => (scan[eye][0].rows, [&scan[eye][0], &scan[eye][1]]),
+                None => {
+                    own = [Part::Code, Part::Mask]
+                        .map(|part| queries.prepare(engine, eye, part, lo..hi));
+                    ((hi - lo) * ROTATION_COUNT, [&own[0], &own[1]])
+                }
+            };
             let mut code_dots = vec![0u16; rows * n_candidates];
             let mut mask_dots = vec![0u16; rows * n_candidates];
             engine.dot_prepared(
-                &queries.prepare(engine, eye, Part::Code, lo..hi),
+                code_queries,
                 &candidate_codes[eye],
                 CODE_COEFS,
                 &mut code_dots,
             );
             engine.dot_prepared(
-                &queries.prepare(engine, eye, Part::Mask, lo..hi),
+                mask_queries,
                 &candidate_masks[eye],
                 MASK_COEFS,
                 &mut mask_dots,
             );
-            for (i, &(_, first, earlier, _)) in with_earlier() {
-                let at = (i - lo) * ROTATION_COUNT * n_candidates;
+            for (i, &(j, first, earlier, _)) in with_earlier() {
+                let row = match from_scan {
+                    Some((_, plain_rows)) => {
+                        plain_rows[j].expect("a request with earlier candidates scans")
+                    }
+                    None => i - lo,
+                };
+                let at = row * ROTATION_COUNT * n_candidates;
                 pass.fill(
                     eye,
                     (first, earlier, n_candidates),
@@ -496,12 +555,19 @@ fn batch_pass(
     Some(pass)
 }
 
+/// Queries laid out by the engine, `[eye][code, mask]`.
+type EyeQueries = [[PreparedQueries; 2]; 2];
+
+/// A batch's scanning queries laid out by the engine, in groups of consecutive scanning
+/// queries: each group's range and its queries.
+type ScanQueries = Vec<(core::ops::Range<usize>, EyeQueries)>;
+
 /// One database pass: every scanning request against the database rows `rows`.
 fn database_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
     scanning: &[(usize, bool)],
-    queries: &[[PreparedQueries; 2]; 2],
+    queries: &ScanQueries,
     rows: core::ops::Range<usize>,
 ) -> PassInputs {
     let width = rows.len();
@@ -524,10 +590,22 @@ fn database_pass(
     let query_rows = scanning.len() * ROTATION_COUNT;
     let mut code_dots = vec![0u16; query_rows * width];
     let mut mask_dots = vec![0u16; query_rows * width];
-    for (eye, [codes, masks]) in queries.iter().enumerate() {
-        engine.dot_db_prepared(codes, db, eye, Part::Code, rows.clone(), &mut code_dots);
-        engine.dot_db_prepared(masks, db, eye, Part::Mask, rows.clone(), &mut mask_dots);
-        let block = ROTATION_COUNT * width;
+    let block = ROTATION_COUNT * width;
+    for eye in 0..2 {
+        for (group, prepared) in queries {
+            let [codes, masks] = &prepared[eye];
+            let out = group.start * block..group.end * block;
+            let code_out = &mut code_dots[out.clone()];
+            engine.dot_db_prepared(codes, db, eye, Part::Code, rows.clone(), code_out);
+            engine.dot_db_prepared(
+                masks,
+                db,
+                eye,
+                Part::Mask,
+                rows.clone(),
+                &mut mask_dots[out],
+            );
+        }
         for qi in 0..scanning.len() {
             let rows = qi * block..(qi + 1) * block;
             pass.fill(
