@@ -85,6 +85,32 @@ pub trait DotEngine: Send + Sync {
         self.dot(&queries.data, db, len, out);
     }
 
+    /// [`DotEngine::dot_prepared`] for the first `rows` prepared rows alone: `out[q * n_db + d]`
+    /// for `q < rows`. A batch's first pass reads the plain scanning queries this way: they
+    /// lead the layout the database passes read. The default computes every row and keeps
+    /// the first.
+    ///
+    /// # Panics
+    /// As [`DotEngine::dot_prepared`], if `rows` exceeds the prepared rows, or (where the
+    /// engine correlates rotations) if `rows` is not whole queries' rotations.
+    fn dot_prepared_rows(
+        &self,
+        queries: &PreparedQueries,
+        rows: usize,
+        db: &[u16],
+        len: usize,
+        out: &mut [u16],
+    ) {
+        assert!(rows <= queries.rows, "more rows than were prepared");
+        assert_eq!(out.len(), rows * (db.len() / len));
+        if rows == queries.rows {
+            return self.dot_prepared(queries, db, len, out);
+        }
+        let mut all = vec![0u16; queries.rows * (db.len() / len)];
+        self.dot_prepared(queries, db, len, &mut all);
+        out.copy_from_slice(&all[..out.len()]);
+    }
+
     /// [`DotEngine::dot_db`] on queries this engine prepared.
     ///
     /// # Panics

@@ -289,22 +289,12 @@ pub fn evaluate<C: Circuit>(
         .max(1);
     let starts: Vec<usize> = (0..db.len()).step_by(chunk).collect();
     let rows = |start: usize| start..(start + chunk).min(db.len());
-    // The scanning queries laid out in two groups, the plain ones and the mirrored ones, so
-    // that the first pass can read the plain group alone.
-    let plain = scanning.iter().filter(|&&(_, mirror)| !mirror).count();
-    let prepare_scan = || -> ScanQueries {
-        [0..plain, plain..scanning.len()]
-            .into_iter()
-            .filter(|group| !group.is_empty())
-            .map(|group| {
-                let queries = QueryMatrix::new(party, &people[group.clone()]).prepare_all(engine);
-                (group, queries)
-            })
-            .collect()
-    };
+    let prepare_scan = || QueryMatrix::new(party, &people).prepare_all(engine);
     // Where the first pass compares requests with earlier candidates, it reads their rows of
-    // the plain scanning queries, laid out once for both passes: a request's rotations would
-    // otherwise be laid out twice per batch, a fixed cost that small databases feel most.
+    // the scanning queries (the plain ones lead), laid out once for both passes: a request's
+    // rotations would otherwise be laid out twice per batch, a fixed cost that small
+    // databases feel most.
+    let plain = scanning.iter().filter(|&&(_, mirror)| !mirror).count();
     let mut plain_rows = vec![None; requests.len()];
     for (row, &(j, _)) in scanning[..plain].iter().enumerate() {
         plain_rows[j] = Some(row);
@@ -322,7 +312,7 @@ pub fn evaluate<C: Circuit>(
     let mut laid_out = reads_scan.then(prepare_scan);
     // The scanning queries (laid out now if not yet) and the first database pass's dot
     // products.
-    let scan_setup = |queries: Option<ScanQueries>| {
+    let scan_setup = |queries: Option<EyeQueries>| {
         let queries = queries.unwrap_or_else(prepare_scan);
         let first = database_pass(engine, db, &scanning, &queries, rows(starts[0]));
         (queries, first)
@@ -339,10 +329,9 @@ pub fn evaluate<C: Circuit>(
             &mut any_shared,
         )
     };
-    // The plain group comes first (scanning requests are its superset: never empty).
     let from_scan = laid_out
         .as_ref()
-        .map(|groups| (&groups[0].1, plain_rows.as_slice()));
+        .map(|queries| (queries, plain_rows.as_slice()));
     let batch = batch_pass(engine, db, requests, party, from_scan);
     // The batch pass's rounds wait on the network while the database scan is set up (its
     // queries laid out, unless the batch pass took them already, and its first pass computed).
@@ -429,8 +418,9 @@ fn overlaps_passes(engine: &dyn DotEngine) -> bool {
 /// entry (re-authentication). `None` if there are none. The candidates' raw shares form one
 /// contiguous matrix per eye; request `j`'s earlier candidates are a prefix of it.
 ///
-/// `from_scan`: the plain scanning queries already laid out, with each request's row among
-/// them; where given, every request with earlier candidates must have one.
+/// `from_scan`: the scanning queries already laid out, with each request's row among the
+/// plain ones, which lead them; where given, every request with earlier candidates must
+/// have one.
 fn batch_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
@@ -500,10 +490,17 @@ fn batch_pass(
     let n_candidates = candidates.len();
     for eye in 0..2 {
         if let (Some(lo), Some(hi)) = (lo, hi) {
-            // Query rows: every plain scanning query, or the requests `lo..hi`.
+            // Query rows: the plain scanning queries up to the last one read, or the requests
+            // `lo..hi`.
             let own;
             let (rows, [code_queries, mask_queries]) = match from_scan {
-                Some((scan, _)) => (scan[eye][0].rows, [&scan[eye][0], &scan[eye][1]]),
+                Some((scan, plain_rows)) => {
+                    let last = with_earlier()
+                        .filter_map(|(_, &(j, ..))| plain_rows[j])
+                        .max()
+                        .unwrap_or(0);
+                    ((last + 1) * ROTATION_COUNT, [&scan[eye][0], &scan[eye][1]])
+                }
                 None => {
                     own = [Part::Code, Part::Mask]
                         .map(|part| queries.prepare(engine, eye, part, lo..hi));
@@ -512,14 +509,16 @@ fn batch_pass(
             };
             let mut code_dots = vec![0u16; rows * n_candidates];
             let mut mask_dots = vec![0u16; rows * n_candidates];
-            engine.dot_prepared(
+            engine.dot_prepared_rows(
                 code_queries,
+                rows,
                 &candidate_codes[eye],
                 CODE_COEFS,
                 &mut code_dots,
             );
-            engine.dot_prepared(
+            engine.dot_prepared_rows(
                 mask_queries,
+                rows,
                 &candidate_masks[eye],
                 MASK_COEFS,
                 &mut mask_dots,
@@ -558,16 +557,12 @@ fn batch_pass(
 /// Queries laid out by the engine, `[eye][code, mask]`.
 type EyeQueries = [[PreparedQueries; 2]; 2];
 
-/// A batch's scanning queries laid out by the engine, in groups of consecutive scanning
-/// queries: each group's range and its queries.
-type ScanQueries = Vec<(core::ops::Range<usize>, EyeQueries)>;
-
 /// One database pass: every scanning request against the database rows `rows`.
 fn database_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
     scanning: &[(usize, bool)],
-    queries: &ScanQueries,
+    queries: &EyeQueries,
     rows: core::ops::Range<usize>,
 ) -> PassInputs {
     let width = rows.len();
@@ -590,22 +585,10 @@ fn database_pass(
     let query_rows = scanning.len() * ROTATION_COUNT;
     let mut code_dots = vec![0u16; query_rows * width];
     let mut mask_dots = vec![0u16; query_rows * width];
-    let block = ROTATION_COUNT * width;
-    for eye in 0..2 {
-        for (group, prepared) in queries {
-            let [codes, masks] = &prepared[eye];
-            let out = group.start * block..group.end * block;
-            let code_out = &mut code_dots[out.clone()];
-            engine.dot_db_prepared(codes, db, eye, Part::Code, rows.clone(), code_out);
-            engine.dot_db_prepared(
-                masks,
-                db,
-                eye,
-                Part::Mask,
-                rows.clone(),
-                &mut mask_dots[out],
-            );
-        }
+    for (eye, [codes, masks]) in queries.iter().enumerate() {
+        engine.dot_db_prepared(codes, db, eye, Part::Code, rows.clone(), &mut code_dots);
+        engine.dot_db_prepared(masks, db, eye, Part::Mask, rows.clone(), &mut mask_dots);
+        let block = ROTATION_COUNT * width;
         for qi in 0..scanning.len() {
             let rows = qi * block..(qi + 1) * block;
             pass.fill(

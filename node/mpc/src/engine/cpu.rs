@@ -297,17 +297,19 @@ fn correlated<const P: usize, const D: usize>(
         impl Fn(&[u16], &[u16], usize, usize, &mut Acc<P, D>) + Sync,
         bool,
     ),
-    (panels, bases): (&[u16], usize),
+    (panels, bases, used): (&[u16], usize, usize),
     db: &[u16],
     len: usize,
     out: &mut [u16],
 ) {
     let n = leaf_len(len);
     let nd = db.len() / len;
-    let leaf_rows = bases * LEAF_LAGS;
-    let n_panels = leaf_rows.div_ceil(P);
-    let stride = n_panels * P * n;
+    // Each leaf's panels are laid out for all `bases`; the first `used` bases are multiplied.
+    let stride = (bases * LEAF_LAGS).div_ceil(P) * P * n;
     assert_eq!(panels.len(), LEAVES * stride);
+    assert!(used <= bases);
+    let leaf_rows = used * LEAF_LAGS;
+    let n_panels = leaf_rows.div_ceil(P);
     let slab_panels = (SLAB_LEAF_ROWS / P).clamp(1, n_panels);
     let slab_rows = slab_panels * P;
     // Whole bases per slab: panels hold a multiple of eight leaf rows.
@@ -564,21 +566,20 @@ impl CpuEngine {
     }
 
     /// [`DotEngine::dot_db_prepared`] for [`QueryLayout::Correlated`] queries (`bases` of
-    /// them, `panels` their leaves), on the engine's pool.
+    /// them, `panels` their leaves), the first `used` of them, on the engine's pool.
     fn dot_correlated(
         &self,
-        panels: &[u16],
-        bases: usize,
+        (panels, bases, used): (&[u16], usize, usize),
         db: &[u16],
         len: usize,
         out: &mut [u16],
     ) {
         assert_eq!(db.len() % len, 0);
-        assert_eq!(out.len(), bases * ROTATION_COUNT * (db.len() / len));
+        assert_eq!(out.len(), used * ROTATION_COUNT * (db.len() / len));
         if out.is_empty() {
             return;
         }
-        let queries = (panels, bases);
+        let queries = (panels, bases, used);
         self.install(|| match self.kernel {
             Kernel::Avx512Vnni(cpu) => correlated::<VNNI_P, VNNI_D>(
                 self.chunk,
@@ -714,9 +715,41 @@ impl DotEngine for CpuEngine {
                 self.dot_panels(&queries.data, queries.rows, db, len, out)
             }
             QueryLayout::Correlated(p) if p == self.kernel.panel_rows() => {
-                self.dot_correlated(&queries.data, queries.rows / ROTATION_COUNT, db, len, out)
+                let bases = queries.rows / ROTATION_COUNT;
+                self.dot_correlated((&queries.data, bases, bases), db, len, out)
             }
             QueryLayout::Rows => self.dot(&queries.data, db, len, out),
+            QueryLayout::Panels(_) | QueryLayout::Correlated(_) => {
+                panic!("queries laid out for another kernel")
+            }
+        }
+    }
+
+    fn dot_prepared_rows(
+        &self,
+        queries: &PreparedQueries,
+        rows: usize,
+        db: &[u16],
+        len: usize,
+        out: &mut [u16],
+    ) {
+        assert!(rows <= queries.rows, "more rows than were prepared");
+        match queries.layout {
+            // Panels hold consecutive rows: the panels of the first rows are a prefix.
+            QueryLayout::Panels(p) if p == self.kernel.panel_rows() => {
+                let panels = &queries.data[..rows.div_ceil(p) * p * len];
+                self.dot_panels(panels, rows, db, len, out)
+            }
+            QueryLayout::Correlated(p) if p == self.kernel.panel_rows() => {
+                assert!(
+                    rows.is_multiple_of(ROTATION_COUNT),
+                    "whole queries' rotations"
+                );
+                let bases = queries.rows / ROTATION_COUNT;
+                let used = rows / ROTATION_COUNT;
+                self.dot_correlated((&queries.data, bases, used), db, len, out)
+            }
+            QueryLayout::Rows => self.dot(&queries.data[..rows * len], db, len, out),
             QueryLayout::Panels(_) | QueryLayout::Correlated(_) => {
                 panic!("queries laid out for another kernel")
             }

@@ -76,7 +76,8 @@ pub fn check_engine(engine: &dyn DotEngine) {
 }
 
 /// Queries' rotations ([`DotEngine::prepare_rotations`]) against database rows, equal to the
-/// rotations written out through [`DotEngine::dot`]: query counts
+/// rotations written out through [`DotEngine::dot`], and the first queries' alone
+/// ([`DotEngine::dot_prepared_rows`]): query counts
 /// on either side of where the CPU engine changes layout, row ranges that are not whole
 /// blocks, one of more than a block, and more queries than the CPU engine's correlation
 /// takes in one slab.
@@ -121,6 +122,19 @@ fn check_rotations(engine: &dyn DotEngine, rng: &mut ChaCha20Rng) {
                     got,
                     want,
                     "{}: {bases} rotation groups, row {q}, entries {rows:?}, {part:?}",
+                    engine.name()
+                );
+            }
+            // The first queries' rows alone, from the same layout.
+            for used in [0, 1, bases - 1, bases] {
+                let first = used * ROTATION_COUNT;
+                let mut prefix = vec![0xA5A5u16; first * nd];
+                let db_rows = db.vectors(eye, part, rows.clone());
+                engine.dot_prepared_rows(&prepared, first, db_rows, len, &mut prefix);
+                assert_eq!(
+                    prefix,
+                    out[..first * nd],
+                    "{}: the first {used} of {bases} rotation groups, {part:?}",
                     engine.name()
                 );
             }
