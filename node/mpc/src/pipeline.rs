@@ -299,16 +299,13 @@ pub fn evaluate<C: Circuit>(
     for (row, &(j, _)) in scanning[..plain].iter().enumerate() {
         plain_rows[j] = Some(row);
     }
-    let mut seen_candidate = false;
-    let with_earlier: Vec<usize> = (0..requests.len())
-        .filter(|&j| {
-            let has = requests[j].against_earlier && seen_candidate;
-            seen_candidate |= requests[j].candidate;
-            has
-        })
-        .collect();
-    let reads_scan =
-        scans && !with_earlier.is_empty() && with_earlier.iter().all(|&j| plain_rows[j].is_some());
+    let earlier = earlier_candidates(requests);
+    let reads_scan = scans
+        && earlier.iter().any(|&e| e > 0)
+        && earlier
+            .iter()
+            .zip(&plain_rows)
+            .all(|(&e, row)| e == 0 || row.is_some());
     let mut laid_out = reads_scan.then(prepare_scan);
     // The scanning queries (laid out now if not yet) and the first database pass's dot
     // products.
@@ -332,7 +329,7 @@ pub fn evaluate<C: Circuit>(
     let from_scan = laid_out
         .as_ref()
         .map(|queries| (queries, plain_rows.as_slice()));
-    let batch = batch_pass(engine, db, requests, party, from_scan);
+    let batch = batch_pass(engine, db, requests, &earlier, party, from_scan);
     // The batch pass's rounds wait on the network while the database scan is set up (its
     // queries laid out, unless the batch pass took them already, and its first pass computed).
     let scan = std::thread::scope(|scope| {
@@ -413,10 +410,25 @@ fn overlaps_passes(engine: &dyn DotEngine) -> bool {
     true
 }
 
+/// For each request, how many of the batch's enrolment candidates before it it is matched
+/// against (intra-batch uniqueness): all of them where it asks to be, none otherwise.
+fn earlier_candidates(requests: &[PipelineRequest<'_>]) -> Vec<usize> {
+    let mut seen = 0;
+    requests
+        .iter()
+        .map(|r| {
+            let earlier = if r.against_earlier { seen } else { 0 };
+            seen += usize::from(r.candidate);
+            earlier
+        })
+        .collect()
+}
+
 /// The first pass: the comparisons that do not scan the database, each request against the
-/// batch's earlier enrolment candidates (intra-batch uniqueness) and against its single
-/// entry (re-authentication). `None` if there are none. The candidates' raw shares form one
-/// contiguous matrix per eye; request `j`'s earlier candidates are a prefix of it.
+/// batch's earlier enrolment candidates (intra-batch uniqueness; `earlier_of` counts them per
+/// request, [`earlier_candidates`]) and against its single entry (re-authentication). `None`
+/// if there are none. The candidates' raw shares form one contiguous matrix per eye; request
+/// `j`'s earlier candidates are a prefix of it.
 ///
 /// `from_scan`: the scanning queries already laid out, with each request's row among the
 /// plain ones, which lead them; where given, every request with earlier candidates must
@@ -425,6 +437,7 @@ fn batch_pass(
     engine: &dyn DotEngine,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
+    earlier_of: &[usize],
     party: PartyId,
     from_scan: Option<(&EyeQueries, &[Option<usize>])>,
 ) -> Option<PassInputs> {
@@ -447,11 +460,7 @@ fn batch_pass(
     let mut blocks = Vec::new();
     for (j, r) in requests.iter().enumerate() {
         let first = pairs.len();
-        let earlier = if r.against_earlier {
-            candidates.partition_point(|&k| k < j)
-        } else {
-            0
-        };
+        let earlier = earlier_of[j];
         pairs.extend(
             candidates[..earlier]
                 .iter()

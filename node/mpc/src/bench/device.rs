@@ -282,6 +282,12 @@ impl<D: KernelDevice> Timed<D> {
     fn seconds(&self, what: usize) -> f64 {
         self.nanos[what].load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e9
     }
+
+    fn reset(&self) {
+        for n in &self.nanos {
+            n.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 impl<D: KernelDevice> KernelDevice for Timed<D> {
@@ -342,9 +348,7 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
 
     fn reset_times(&self) {
         for d in &self.devices {
-            for n in &d.nanos {
-                n.store(0, std::sync::atomic::Ordering::Relaxed);
-            }
+            d.reset();
         }
     }
 

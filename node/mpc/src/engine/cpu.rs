@@ -710,19 +710,7 @@ impl DotEngine for CpuEngine {
     }
 
     fn dot_prepared(&self, queries: &PreparedQueries, db: &[u16], len: usize, out: &mut [u16]) {
-        match queries.layout {
-            QueryLayout::Panels(p) if p == self.kernel.panel_rows() => {
-                self.dot_panels(&queries.data, queries.rows, db, len, out)
-            }
-            QueryLayout::Correlated(p) if p == self.kernel.panel_rows() => {
-                let bases = queries.rows / ROTATION_COUNT;
-                self.dot_correlated((&queries.data, bases, bases), db, len, out)
-            }
-            QueryLayout::Rows => self.dot(&queries.data, db, len, out),
-            QueryLayout::Panels(_) | QueryLayout::Correlated(_) => {
-                panic!("queries laid out for another kernel")
-            }
-        }
+        self.dot_prepared_rows(queries, queries.rows, db, len, out)
     }
 
     fn dot_prepared_rows(
