@@ -430,3 +430,48 @@ fn the_pass_bound_fits_its_cap_exactly() {
     };
     assert!(over.largest_message_bytes(64) > cap);
 }
+
+/// A span's passes hold exactly what one engine call per pass gives them: the same pairs and
+/// the same `(cd, md)` shares, for a plain and a mirrored scanning query, with a last pass
+/// shorter than the others.
+#[test]
+fn a_span_of_passes_equals_its_passes_one_call_each() {
+    let mut rng = ChaCha20Rng::seed_from_u64(21);
+    let mut db = MatchDb::new();
+    for serial in 1..=11 {
+        db.push(serial, &synthetic::random_shares(&mut rng));
+    }
+    let query = synthetic::random_shares(&mut rng);
+    let engine = CpuEngine::new();
+    let queries =
+        QueryMatrix::new(PartyId::ALL[1], &[(&query, false), (&query, true)]).prepare_all(&engine);
+    let scanning = [(0, false), (0, true)];
+    let passes = [0..4, 4..8, 8..11];
+    let span = database_span(&engine, &db, &scanning, &queries, &passes);
+    assert_eq!(span.len(), passes.len());
+    for (together, rows) in span.iter().zip(&passes) {
+        let alone = database_span(
+            &engine,
+            &db,
+            &scanning,
+            &queries,
+            std::slice::from_ref(rows),
+        );
+        let [alone] = &alone[..] else {
+            panic!("one pass");
+        };
+        assert_eq!(
+            format!("{:?}", together.pairs),
+            format!("{:?}", alone.pairs)
+        );
+        assert_eq!(together.padded, alone.padded);
+        assert!(
+            together.cd == alone.cd && together.md == alone.md,
+            "rows {rows:?}"
+        );
+        assert!(
+            together.md.iter().any(|&v| v != 0),
+            "the pass holds products"
+        );
+    }
+}
