@@ -574,8 +574,9 @@ fn batch_pass(
 type EyeQueries = [[PreparedQueries; 2]; 2];
 
 /// Database rows whose dot products one engine call computes, at least, where the passes
-/// are shorter: measured with 128 queries (64 requests and their mirrored queries) on one
-/// core, 132 rows per call ran at 0.87 of the rate of 2,048, and 528 rows at 0.97.
+/// are shorter. With 128 queries (64 requests and their mirrored queries) on one core
+/// (`benches/dot_span.rs`), calls of 132 rows ran at 0.88 of the rate of one call of 2,048
+/// with AVX-512 (0.97 with AVX2), calls of 528 at 0.97 (1.00).
 const DOT_SPAN_ROWS: usize = 512;
 
 /// Passes whose dot products one engine call computes, at most: each pass's inputs (4 bytes
