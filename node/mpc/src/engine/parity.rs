@@ -106,13 +106,9 @@ fn check_rotations(engine: &dyn DotEngine, rng: &mut ChaCha20Rng) {
             let mut out = vec![0xA5A5u16; bases * ROTATION_COUNT * nd];
             engine.dot_db_prepared(&prepared, &db, eye, part, rows.clone(), &mut out);
             // The rows one by one, checked against the reference above.
+            let db_rows = db.vectors(eye, part, rows.clone());
             let mut expected = vec![0u16; out.len()];
-            engine.dot(
-                &expected_rows,
-                db.vectors(eye, part, rows.clone()),
-                len,
-                &mut expected,
-            );
+            engine.dot(&expected_rows, db_rows, len, &mut expected);
             for (q, (got, want)) in out
                 .chunks_exact(nd)
                 .zip(expected.chunks_exact(nd))
@@ -129,7 +125,6 @@ fn check_rotations(engine: &dyn DotEngine, rng: &mut ChaCha20Rng) {
             for used in [0, 1, bases - 1, bases] {
                 let first = used * ROTATION_COUNT;
                 let mut prefix = vec![0xA5A5u16; first * nd];
-                let db_rows = db.vectors(eye, part, rows.clone());
                 engine.dot_prepared_rows(&prepared, first, db_rows, len, &mut prefix);
                 assert_eq!(
                     prefix,
