@@ -82,12 +82,21 @@ pub enum EvalError {
         /// What the transport said.
         reason: String,
     },
-    /// A link closed before the session's nonces were exchanged.
+    /// A link closed before the session's keys were agreed.
     #[error("link to party {0} closed")]
     LinkClosed(u8),
-    /// A peer sent no nonce, or a malformed one.
-    #[error("no valid nonce from party {0}")]
-    Nonce(u8),
+    /// A peer sent no key agreement message in time, or a malformed one.
+    #[error("no valid key agreement message from party {0}")]
+    KeyMessage(u8),
+    /// The pairwise keys with a peer could not be agreed or confirmed: the batch stops before
+    /// any round, and runs again.
+    #[error("MPC keys with party {party}: {reason}")]
+    KeyAgreement {
+        /// The peer.
+        party: u8,
+        /// Why.
+        reason: ocelli_mpc::randomness::KeyAgreementError,
+    },
     /// A protocol round failed.
     #[error("batch {batch_id}: {source}")]
     Network {

@@ -3,9 +3,9 @@
 //!
 //! Per batch: every party builds the same list of pipeline requests from the
 //! committed requests (request types are public), opens its links to the two
-//! other parties for the commit's MPC session, exchanges fresh nonces on them,
-//! derives the pairwise PRF seeds from the static X25519 node keys and the
-//! nonces, and runs [`pipeline::evaluate`]. Matching sees the database as it
+//! other parties for the commit's MPC session, agrees and confirms the pairwise
+//! PRF seeds on them with fresh ephemeral X25519 keys
+//! ([`ocelli_mpc::randomness::PairKeyExchange`]), and runs [`pipeline::evaluate`]. Matching sees the database as it
 //! was before the batch; the opened bits are turned into outcomes the same way
 //! on all three nodes.
 
@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use ocelli_mpc::network::ChannelTransport;
 use ocelli_mpc::pipeline::{self, PipelineConfig};
-use ocelli_mpc::randomness::{pair_seed, CorrelatedRandomness};
+use ocelli_mpc::randomness::{CorrelatedRandomness, KeyAgreementError, PairKeyExchange};
 use ocelli_mpc::requests::{
     comparisons, needs_mpc, outcomes, pipeline_requests, MatchRules, PublicRequest,
 };
 use ocelli_mpc::session::Session;
 use ocelli_mpc::{DotEngine, EngineError};
-use rand_core::{OsRng, RngCore};
+use rand_core::OsRng;
 use sdk_orb::PartyId;
 use zeroize::Zeroizing;
 
@@ -142,8 +142,6 @@ pub fn node_x25519_keys(
 /// The three-party matching pipeline as a batch evaluator.
 pub struct MpcEvaluator {
     party: PartyId,
-    secret: x25519_dalek::StaticSecret,
-    public: [x25519_dalek::PublicKey; 3],
     engine: Box<dyn DotEngine>,
     pipeline: PipelineConfig,
     rules: MatchRules,
@@ -161,13 +159,13 @@ impl std::fmt::Debug for MpcEvaluator {
 }
 
 impl MpcEvaluator {
-    /// Loads the node's X25519 key and the three public keys named in `config`.
+    /// The evaluator `config` describes. It holds no long-term key: each session's pairwise
+    /// seeds are agreed on its links.
     ///
     /// # Errors
-    /// Unreadable key files, a bundle of the wrong size, or a node key that does
-    /// not match its entry in the bundle.
+    /// An invalid party id, or an engine that cannot run here.
     pub fn new(config: &NodeConfig) -> Result<Self, SetupError> {
-        let (party, secret, public) = node_x25519_keys(config)?;
+        let party = PartyId::try_from(config.party_id).map_err(SetupError::Party)?;
         let m = &config.matching;
         let engine = ocelli_mpc::engine::build(m.engine, m.threads, &m.gpu_devices)?;
         let mut pipeline = PipelineConfig::with_threshold(m.threshold);
@@ -176,8 +174,6 @@ impl MpcEvaluator {
         pipeline.max_pass_comparisons = m.max_pass_comparisons;
         Ok(Self {
             party,
-            secret,
-            public,
             engine,
             pipeline,
             rules: MatchRules {
@@ -217,38 +213,80 @@ impl MpcEvaluator {
         Ok((next?, prev?))
     }
 
-    /// Exchanges fresh nonces on both links and derives the two pairwise
-    /// seeds `(next, prev)`. Both nonces go out before either is awaited: a
-    /// party that waited first would wait on a neighbour waiting on it.
-    fn seeds(&self, next: &MpcLink, prev: &MpcLink) -> Result<(Seed, Seed), EvalError> {
+    /// Agrees the two pairwise seeds `(next, prev)` for MPC session `session` with fresh
+    /// ephemeral X25519 keys on both links, then confirms them: each end sends a tag only the
+    /// same keys and transcript give, and a batch whose ends disagree stops here, before any
+    /// round runs. Each step's two messages go out before either is awaited: a party that
+    /// waited first would wait on a neighbour waiting on it.
+    fn seeds(
+        &self,
+        session: u64,
+        next: &MpcLink,
+        prev: &MpcLink,
+        metrics: &crate::metrics::Metrics,
+    ) -> Result<(Seed, Seed), EvalError> {
         let links = [(self.party.next(), next), (self.party.prev(), prev)];
-        let mut mine = [[0u8; 32]; 2];
-        for ((peer, link), nonce) in links.iter().zip(mine.iter_mut()) {
-            OsRng.fill_bytes(nonce);
-            if !(link.send)(nonce.to_vec()) {
-                return Err(EvalError::LinkClosed(peer.get()));
-            }
+        let exchanges = links.map(|(peer, _)| PairKeyExchange::new(self.party, peer, &mut OsRng));
+        for ((peer, link), ex) in links.iter().zip(&exchanges) {
+            send(link, *peer, ex.public_key().to_vec())?;
         }
-        let [next_seed, prev_seed] = [0, 1].map(|i| -> Result<Seed, EvalError> {
-            let (peer, link) = links[i];
-            let theirs = link
-                .recv
-                .recv_timeout(self.round_timeout)
-                .map_err(|_| EvalError::Nonce(peer.get()))?;
-            let theirs: [u8; 32] = theirs
+        let mut keys = Vec::with_capacity(2);
+        for ((peer, link), ex) in links.iter().zip(exchanges) {
+            let theirs: [u8; 32] = self
+                .receive(link, *peer)?
                 .as_slice()
                 .try_into()
-                .map_err(|_| EvalError::Nonce(peer.get()))?;
-            Ok(pair_seed(
-                self.party,
-                &self.secret,
-                peer,
-                &self.public[peer.index()],
-                &mine[i],
-                &theirs,
-            ))
-        });
-        Ok((next_seed?, prev_seed?))
+                .map_err(|_| EvalError::KeyMessage(peer.get()))?;
+            let k = ex
+                .finish(session, &theirs)
+                .map_err(|e| self.key_failure(metrics, *peer, e))?;
+            send(link, *peer, k.confirmation().to_vec())?;
+            keys.push(k);
+        }
+        let mut seeds = Vec::with_capacity(2);
+        for ((peer, link), k) in links.iter().zip(keys) {
+            let tag = self.receive(link, *peer)?;
+            seeds.push(
+                k.confirm(&tag)
+                    .map_err(|e| self.key_failure(metrics, *peer, e))?,
+            );
+        }
+        let prev_seed = seeds
+            .pop()
+            .ok_or(EvalError::KeyMessage(self.party.prev().get()))?;
+        let next_seed = seeds
+            .pop()
+            .ok_or(EvalError::KeyMessage(self.party.next().get()))?;
+        Ok((next_seed, prev_seed))
+    }
+
+    fn receive(&self, link: &MpcLink, peer: PartyId) -> Result<Vec<u8>, EvalError> {
+        link.recv
+            .recv_timeout(self.round_timeout)
+            .map_err(|_| EvalError::KeyMessage(peer.get()))
+    }
+
+    /// Logs and counts a failed key agreement with `peer`.
+    fn key_failure(
+        &self,
+        metrics: &crate::metrics::Metrics,
+        peer: PartyId,
+        reason: KeyAgreementError,
+    ) -> EvalError {
+        tracing::error!(peer = peer.get(), %reason, "MPC key agreement failed; the batch stops");
+        metrics.key_agreement_failure(peer.get());
+        EvalError::KeyAgreement {
+            party: peer.get(),
+            reason,
+        }
+    }
+}
+
+fn send(link: &MpcLink, peer: PartyId, message: Vec<u8>) -> Result<(), EvalError> {
+    if (link.send)(message) {
+        Ok(())
+    } else {
+        Err(EvalError::LinkClosed(peer.get()))
     }
 }
 
@@ -280,7 +318,7 @@ impl BatchEvaluator for MpcEvaluator {
 
         let started = std::time::Instant::now();
         let (next, prev) = self.links(ctx)?;
-        let (next_seed, prev_seed) = self.seeds(&next, &prev)?;
+        let (next_seed, prev_seed) = self.seeds(ctx.session, &next, &prev, ctx.metrics)?;
         let mut randomness = CorrelatedRandomness::from_seeds(&next_seed, &prev_seed);
         let mut transport = ChannelTransport::new(
             next.send,

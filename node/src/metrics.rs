@@ -26,6 +26,9 @@ pub struct Metrics {
     pub comparisons: IntCounter,
     /// `ocelli_peer_errors_total{peer}`: failed node-to-node calls.
     pub peer_errors: IntCounterVec,
+    /// `ocelli_mpc_key_agreement_failures_total{peer}`: MPC sessions whose pairwise keys a
+    /// peer did not confirm.
+    pub key_agreement_failures: IntCounterVec,
     /// `ocelli_store_enrolled`: enrolled entries.
     pub enrolled: IntGauge,
     /// `ocelli_store_pending`: requests waiting for a batch.
@@ -78,6 +81,11 @@ impl Metrics {
         let results = cv("results_total", "Results finalised by status", "status");
         let batches = cv("batches_total", "Batch rounds by outcome", "outcome");
         let peer_errors = cv("peer_errors_total", "Failed node-to-node calls", "peer");
+        let key_agreement_failures = cv(
+            "mpc_key_agreement_failures_total",
+            "MPC sessions whose pairwise keys a peer did not confirm",
+            "peer",
+        );
         let batch_latency = h(
             "batch_latency_seconds",
             "Batch proposal to durable results",
@@ -121,6 +129,7 @@ impl Metrics {
             evaluation_seconds,
             comparisons,
             peer_errors,
+            key_agreement_failures,
             enrolled,
             pending,
             store_bytes,
@@ -145,6 +154,13 @@ impl Metrics {
     /// Counts a failed call to `party`.
     pub fn peer_error(&self, party: u8) {
         self.peer_errors
+            .with_label_values(&[&party.to_string()])
+            .inc();
+    }
+
+    /// Counts a failed MPC key agreement with `party`.
+    pub fn key_agreement_failure(&self, party: u8) {
+        self.key_agreement_failures
             .with_label_values(&[&party.to_string()])
             .inc();
     }

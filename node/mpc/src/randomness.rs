@@ -1,14 +1,18 @@
 //! Correlated randomness: one PRF stream shared with each neighbour.
 //!
-//! The seed a pair of nodes shares comes from their static X25519 keys and fresh nonces both
-//! contribute at every start ([`pair_seed`]), so restarting a node never replays a stream.
+//! The seed a pair of nodes shares comes from a fresh ephemeral X25519 exchange on their
+//! mutually authenticated MPC link at every session ([`PairKeyExchange`]), bound to the
+//! session and both public keys, and confirmed by both ends before any round runs
+//! ([`PairKeys::confirm`]): no long-term key enters a seed, so rotating a node's HPKE key never
+//! touches the MPC, and two ends that derived different seeds stop instead of opening garbage.
 //! Streams are ChaCha12 keyed by the seed. Both holders of a stream draw the same amounts in
 //! the same order: every protocol step documents what it draws.
 
 use hkdf::Hkdf;
 use rand_chacha::ChaCha12Rng;
-use rand_core::{RngCore, SeedableRng};
-use sha2::Sha256;
+use rand_core::{CryptoRng, RngCore, SeedableRng};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 use zerocopy::IntoBytes;
 use zeroize::Zeroizing;
 
@@ -16,39 +20,143 @@ use crate::share::{swap_to_le, Word};
 
 use sdk_orb::PartyId;
 
-/// HKDF info prefix of pairwise seeds.
-pub const SEED_INFO: &[u8] = b"ocelli/prf-seed/v1";
+/// HKDF info prefix of pairwise seeds: `|| low id || high id`.
+pub const SEED_INFO: &[u8] = b"ocelli/prf-seed/v2";
 
-/// The seed shared by parties `a` and `b`: HKDF-SHA256 with the X25519 shared secret of their
-/// static keys as input key material, both parties' per-start nonces (lower id first) as salt,
-/// and the pair's ids as info. Either party computes the same value.
-pub fn pair_seed(
+/// HKDF info prefix of the key confirmation tags: `|| sender id`.
+pub const CONFIRM_INFO: &[u8] = b"ocelli/prf-confirm/v2";
+
+/// Domain of the transcript hash, the HKDF salt of a pair's keys.
+pub const TRANSCRIPT_DOMAIN: &[u8] = b"ocelli/prf-transcript/v2";
+
+/// Why a pair's key agreement failed. Carries no key bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyAgreementError {
+    /// The peer's public key gives a non-contributory shared secret (a low-order point).
+    #[error("the peer's ephemeral key is of low order")]
+    LowOrder,
+    /// The peer's confirmation tag does not match: the two ends hold different seeds (a key or
+    /// transcript differs between them).
+    #[error("key confirmation failed: the two ends derived different seeds")]
+    Mismatch,
+}
+
+/// One party's side of the key agreement with one neighbour for one MPC session: an ephemeral
+/// X25519 key whose public half goes to the neighbour on their link.
+pub struct PairKeyExchange {
     me: PartyId,
-    my_secret: &x25519_dalek::StaticSecret,
     peer: PartyId,
-    peer_public: &x25519_dalek::PublicKey,
-    my_nonce: &[u8; 32],
-    peer_nonce: &[u8; 32],
-) -> Zeroizing<[u8; 32]> {
-    let shared = my_secret.diffie_hellman(peer_public);
-    let (low, high) = if me < peer {
-        ((me, my_nonce), (peer, peer_nonce))
-    } else {
-        ((peer, peer_nonce), (me, my_nonce))
-    };
-    let mut salt = [0u8; 64];
-    salt[..32].copy_from_slice(low.1);
-    salt[32..].copy_from_slice(high.1);
-    let hk = Hkdf::<Sha256>::new(Some(&salt), shared.as_bytes());
-    let mut info = [0u8; SEED_INFO.len() + 2];
-    info[..SEED_INFO.len()].copy_from_slice(SEED_INFO);
-    info[SEED_INFO.len()] = low.0.get();
-    info[SEED_INFO.len() + 1] = high.0.get();
-    let mut seed = Zeroizing::new([0u8; 32]);
-    // 32 bytes is far below HKDF-SHA256's output limit.
-    hk.expand(&info, seed.as_mut())
-        .expect("32 bytes is a valid HKDF-SHA256 output length");
-    seed
+    secret: x25519_dalek::EphemeralSecret,
+    public: x25519_dalek::PublicKey,
+}
+
+impl core::fmt::Debug for PairKeyExchange {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PairKeyExchange")
+            .field("me", &self.me)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PairKeyExchange {
+    /// A fresh ephemeral key for the pair (`me`, `peer`).
+    pub fn new(me: PartyId, peer: PartyId, rng: &mut (impl RngCore + CryptoRng)) -> Self {
+        let secret = x25519_dalek::EphemeralSecret::random_from_rng(rng);
+        let public = x25519_dalek::PublicKey::from(&secret);
+        Self {
+            me,
+            peer,
+            secret,
+            public,
+        }
+    }
+
+    /// The public key to send the neighbour.
+    pub fn public_key(&self) -> [u8; 32] {
+        self.public.to_bytes()
+    }
+
+    /// The pair's keys for MPC session `session`, from the neighbour's public key: HKDF-SHA256
+    /// with the X25519 shared secret as input key material and the transcript hash (SHA-256 of
+    /// [`TRANSCRIPT_DOMAIN`], the session as big-endian u64, the low and high party ids, and
+    /// the low and high parties' public keys) as salt. Either end computes the same keys from
+    /// the same transcript.
+    ///
+    /// # Errors
+    /// [`KeyAgreementError::LowOrder`] for a public key that contributes nothing.
+    pub fn finish(
+        self,
+        session: u64,
+        peer_public: &[u8; 32],
+    ) -> Result<PairKeys, KeyAgreementError> {
+        let theirs = x25519_dalek::PublicKey::from(*peer_public);
+        let shared = self.secret.diffie_hellman(&theirs);
+        if !shared.was_contributory() {
+            return Err(KeyAgreementError::LowOrder);
+        }
+        let (low, high) = if self.me < self.peer {
+            ((self.me, self.public.to_bytes()), (self.peer, *peer_public))
+        } else {
+            ((self.peer, *peer_public), (self.me, self.public.to_bytes()))
+        };
+        let mut t = Sha256::new();
+        t.update(TRANSCRIPT_DOMAIN);
+        t.update(session.to_be_bytes());
+        t.update([low.0.get(), high.0.get()]);
+        t.update(low.1);
+        t.update(high.1);
+        let transcript: [u8; 32] = t.finalize().into();
+        let hk = Hkdf::<Sha256>::new(Some(&transcript), shared.as_bytes());
+        let expand = |prefix: &[u8], suffix: &[u8]| {
+            let mut info = Vec::with_capacity(prefix.len() + suffix.len());
+            info.extend_from_slice(prefix);
+            info.extend_from_slice(suffix);
+            let mut out = Zeroizing::new([0u8; 32]);
+            // 32 bytes is far below HKDF-SHA256's output limit.
+            hk.expand(&info, out.as_mut())
+                .expect("32 bytes is a valid HKDF-SHA256 output length");
+            out
+        };
+        Ok(PairKeys {
+            seed: expand(SEED_INFO, &[low.0.get(), high.0.get()]),
+            own_tag: expand(CONFIRM_INFO, &[self.me.get()]),
+            peer_tag: expand(CONFIRM_INFO, &[self.peer.get()]),
+        })
+    }
+}
+
+/// A pair's derived keys, not yet confirmed: the seed is released only against the
+/// neighbour's matching confirmation tag.
+pub struct PairKeys {
+    seed: Zeroizing<[u8; 32]>,
+    own_tag: Zeroizing<[u8; 32]>,
+    peer_tag: Zeroizing<[u8; 32]>,
+}
+
+impl core::fmt::Debug for PairKeys {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PairKeys").finish_non_exhaustive()
+    }
+}
+
+impl PairKeys {
+    /// This end's confirmation tag, to send the neighbour.
+    pub fn confirmation(&self) -> [u8; 32] {
+        *self.own_tag
+    }
+
+    /// The pair's seed, if `theirs` is the neighbour's confirmation tag for the same keys.
+    ///
+    /// # Errors
+    /// [`KeyAgreementError::Mismatch`] when the tag differs (compared in constant time).
+    pub fn confirm(self, theirs: &[u8]) -> Result<Zeroizing<[u8; 32]>, KeyAgreementError> {
+        if theirs.len() == 32 && bool::from(self.peer_tag.as_slice().ct_eq(theirs)) {
+            Ok(self.seed)
+        } else {
+            Err(KeyAgreementError::Mismatch)
+        }
+    }
 }
 
 /// One party's two PRF streams: shared with the next party and with the previous one.
@@ -215,24 +323,83 @@ impl CorrelatedRandomness {
 mod tests {
     use super::*;
 
+    fn exchange(
+        rng: &mut rand_chacha::ChaCha20Rng,
+        a: PartyId,
+        b: PartyId,
+        session: u64,
+    ) -> (PairKeys, PairKeys) {
+        let x = PairKeyExchange::new(a, b, rng);
+        let y = PairKeyExchange::new(b, a, rng);
+        let (px, py) = (x.public_key(), y.public_key());
+        (
+            x.finish(session, &py).expect("contributory"),
+            y.finish(session, &px).expect("contributory"),
+        )
+    }
+
     #[test]
-    fn both_ends_of_a_pair_derive_the_same_seed_and_other_pairs_differ() {
+    fn both_ends_of_a_pair_confirm_the_same_seed_and_sessions_differ() {
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
-        let keys: Vec<x25519_dalek::StaticSecret> = (0..3)
-            .map(|_| x25519_dalek::StaticSecret::random_from_rng(&mut rng))
-            .collect();
-        let public: Vec<x25519_dalek::PublicKey> = keys.iter().map(Into::into).collect();
-        let nonces = [[1u8; 32], [2u8; 32], [3u8; 32]];
-        let p = PartyId::ALL;
-        let seed = |a: usize, b: usize| {
-            pair_seed(p[a], &keys[a], p[b], &public[b], &nonces[a], &nonces[b])
-        };
-        assert_eq!(*seed(0, 1), *seed(1, 0));
-        assert_eq!(*seed(1, 2), *seed(2, 1));
-        assert_ne!(*seed(0, 1), *seed(1, 2));
-        // A fresh nonce gives a fresh seed.
-        let fresh = pair_seed(p[0], &keys[0], p[1], &public[1], &[9; 32], &nonces[1]);
-        assert_ne!(*fresh, *seed(0, 1));
+        let [p0, p1, p2] = PartyId::ALL;
+        let (a, b) = exchange(&mut rng, p0, p1, 7);
+        let (ta, tb) = (a.confirmation(), b.confirmation());
+        assert_ne!(ta, tb, "each end's tag names its sender");
+        let (sa, sb) = (a.confirm(&tb).expect("tags"), b.confirm(&ta).expect("tags"));
+        assert_eq!(*sa, *sb);
+        let (c, d) = exchange(&mut rng, p1, p2, 7);
+        let (tc, td) = (c.confirmation(), d.confirmation());
+        assert_ne!(*c.confirm(&td).expect("tags"), *sa);
+        assert!(d.confirm(&tc).is_ok());
+        // A fresh exchange for the same pair gives a fresh seed.
+        let (e, f) = exchange(&mut rng, p0, p1, 7);
+        let te = e.confirmation();
+        assert_ne!(*f.confirm(&te).expect("tags"), *sa);
+    }
+
+    #[test]
+    fn ends_with_different_views_of_a_key_or_session_fail_confirmation() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
+        let [p0, p1, _] = PartyId::ALL;
+        // Party 1 holds another public key for party 0 than party 0's own (a substituted or
+        // stale key): both ends refuse.
+        let x = PairKeyExchange::new(p0, p1, &mut rng);
+        let y = PairKeyExchange::new(p1, p0, &mut rng);
+        let other = PairKeyExchange::new(p0, p1, &mut rng);
+        let (a, b) = (
+            x.finish(3, &y.public_key()).expect("contributory"),
+            y.finish(3, &other.public_key()).expect("contributory"),
+        );
+        let (ta, tb) = (a.confirmation(), b.confirmation());
+        assert_eq!(a.confirm(&tb).err(), Some(KeyAgreementError::Mismatch));
+        assert_eq!(b.confirm(&ta).err(), Some(KeyAgreementError::Mismatch));
+        // The same keys under two session names.
+        let x = PairKeyExchange::new(p0, p1, &mut rng);
+        let y = PairKeyExchange::new(p1, p0, &mut rng);
+        let (px, py) = (x.public_key(), y.public_key());
+        let (a, b) = (
+            x.finish(3, &py).expect("contributory"),
+            y.finish(4, &px).expect("contributory"),
+        );
+        let tb = b.confirmation();
+        assert_eq!(a.confirm(&tb).err(), Some(KeyAgreementError::Mismatch));
+        // A truncated tag.
+        let (a, b) = exchange(&mut rng, p0, p1, 5);
+        assert_eq!(
+            a.confirm(&b.confirmation()[..31]).err(),
+            Some(KeyAgreementError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn a_low_order_key_is_refused() {
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        let [p0, p1, _] = PartyId::ALL;
+        let x = PairKeyExchange::new(p0, p1, &mut rng);
+        assert_eq!(
+            x.finish(1, &[0u8; 32]).err(),
+            Some(KeyAgreementError::LowOrder)
+        );
     }
 
     #[test]

@@ -143,17 +143,22 @@ pub async fn party0_batches(c: &mut Cluster, run: bool) -> Res {
     c.restart_node(0).await
 }
 
-/// Rotates `party`'s HPKE key (keeping the old one as `hpke_previous_secret` if `keep`),
-/// restarts it, and returns the key bundle orbs seal to from now on.
+/// Rotates `party`'s HPKE key as docs/operations.md says: publishes the new key bundle (the
+/// `node-public-keys.bin` the configs name), sets the new key with the old one as
+/// `hpke_previous_secret` if `keep`, and restarts the node alone. Returns the bundle orbs seal
+/// to from now on.
 pub async fn rotate_hpke(c: &mut Cluster, party: usize, keep: bool) -> Res<NodePublicKeys> {
     let new = NodeSecretKey::generate(&mut c.rng);
     let path = c.dir.path().join(format!("hpke-rotated-{party}.key"));
     std::fs::write(&path, hex::encode(*new.to_bytes()))?;
+    let mut bundle = c.node_keys.to_bytes();
+    bundle[32 * party..32 * (party + 1)].copy_from_slice(&new.public_key().to_bytes());
+    if let Some(published) = &c.configs[party].keys.node_public_keys {
+        std::fs::write(published, bundle)?;
+    }
     let old = std::mem::replace(&mut c.configs[party].keys.hpke_secret, path);
     c.configs[party].keys.hpke_previous_secret = keep.then_some(old);
     c.restart_node(party).await?;
-    let mut bundle = c.node_keys.to_bytes();
-    bundle[32 * party..32 * (party + 1)].copy_from_slice(&new.public_key().to_bytes());
     Ok(NodePublicKeys::from_bytes(&bundle).map_err(|_| "bundle")?)
 }
 
