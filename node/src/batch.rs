@@ -59,6 +59,27 @@ pub enum ApplyError {
         /// The party whose signature is missing or invalid.
         party: u8,
     },
+    /// A fresh commit whose attempt is not newer than the one this node last attested for the
+    /// batch (or is 0): attesting it could let two different outcomes of the batch be applied.
+    #[error("batch {batch_id}: attempt {attempt} is not newer than attempt {attested} this node attested")]
+    StaleAttempt {
+        /// The batch.
+        batch_id: u64,
+        /// The commit's attempt.
+        attempt: u32,
+        /// The attempt this node last attested for the batch (0: none).
+        attested: u32,
+    },
+    /// Recorded outcomes whose digest is not the one this node itself attested for that batch
+    /// and attempt: the coordinator showed the peers different commits, or the attempt was
+    /// superseded here. Nothing is applied.
+    #[error("batch {batch_id} attempt {attempt}: not the outcomes this node attested")]
+    NotAttestedHere {
+        /// The batch.
+        batch_id: u64,
+        /// The commit's attempt.
+        attempt: u32,
+    },
     /// The commit names a request more than once (to run, as timed out or
     /// as a digest mismatch); party 0 never does.
     #[error("the commit names request {0} more than once")]

@@ -313,6 +313,7 @@ fn vote(v: BatchVote) {
         votes: vec![Vote::Accept as i32; candidates.len()],
         last_applied_batch_id: peer_fixture::LAST_APPLIED_BATCH,
         expired: Vec::new(),
+        attested_attempt: 0,
     };
     let votes = BTreeMap::from([(1u8, v), (2u8, accept_all)]);
     match catching_up(peer_fixture::LAST_APPLIED_BATCH, &votes) {

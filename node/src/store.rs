@@ -113,6 +113,59 @@ pub struct Meta {
     pub next_serial: u64,
 }
 
+/// This node's latest batch attestation: the one outcome digest it signed for an attempt at a
+/// batch (see `agreement::attest`). Recorded durably before the signature leaves the node; a
+/// node applies a batch only with the digest it records here, and attests no older attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attestation {
+    /// The batch.
+    pub batch_id: u64,
+    /// The attempt at it (from 1).
+    pub attempt: u32,
+    /// The batch digest signed.
+    pub digest: [u8; 32],
+}
+
+impl Attestation {
+    /// Stored form: batch id and attempt big-endian, then the digest.
+    pub const ENCODED_LEN: usize = 8 + 4 + 32;
+
+    /// The stored form.
+    pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut out = [0u8; Self::ENCODED_LEN];
+        out[..8].copy_from_slice(&self.batch_id.to_be_bytes());
+        out[8..12].copy_from_slice(&self.attempt.to_be_bytes());
+        out[12..].copy_from_slice(&self.digest);
+        out
+    }
+
+    /// Parses the stored form.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for a record of the wrong length.
+    pub fn decode(b: &[u8]) -> Result<Self, StoreError> {
+        let b: &[u8; Self::ENCODED_LEN] = b
+            .try_into()
+            .map_err(|_| StoreError::Corrupt("attestation"))?;
+        let (id, rest) = b.split_at(8);
+        let (attempt, digest) = rest.split_at(4);
+        Ok(Self {
+            batch_id: u64::from_be_bytes(
+                id.try_into()
+                    .map_err(|_| StoreError::Corrupt("attestation"))?,
+            ),
+            attempt: u32::from_be_bytes(
+                attempt
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("attestation"))?,
+            ),
+            digest: digest
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("attestation"))?,
+        })
+    }
+}
+
 /// A change to the enrolled shares.
 #[derive(Debug)]
 pub enum ShareWrite {
@@ -237,6 +290,18 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// Backend failure.
     fn meta(&self) -> Result<Meta, StoreError>;
+
+    /// This node's latest batch attestation, if it made one.
+    ///
+    /// # Errors
+    /// Backend failure or a corrupt record.
+    fn attestation(&self) -> Result<Option<Attestation>, StoreError>;
+
+    /// Durably records `a` as this node's latest batch attestation, replacing the previous.
+    ///
+    /// # Errors
+    /// Backend failure (nothing is recorded then).
+    fn record_attestation(&self, a: &Attestation) -> Result<(), StoreError>;
 
     /// Number of enrolled entries.
     ///

@@ -11,7 +11,8 @@ use ocelli_node::shares::{StoredShares, ENTRY_BYTES};
 use ocelli_node::store::postgres::{drop_schema, PgOptions, PgStore};
 use ocelli_node::store::redb::RedbStore;
 use ocelli_node::store::{
-    BatchWrite, FinalWrite, Meta, RequestRecord, RequestState, ShareWrite, Store, StoreError,
+    Attestation, BatchWrite, FinalWrite, Meta, RequestRecord, RequestState, ShareWrite, Store,
+    StoreError,
 };
 use rand::RngCore;
 
@@ -210,6 +211,32 @@ fn batches_apply_and_survive_reopen(b: &dyn Backend) -> Res {
     Ok(())
 }
 
+/// The node's latest batch attestation: none at first, replaced by the next, durable across a
+/// reopen, and not part of the fingerprint (the nodes' own records differ in time).
+fn attestation_is_replaced_and_survives_reopen(b: &dyn Backend) -> Res {
+    let s = b.open()?;
+    assert_eq!(s.attestation()?, None);
+    let fp = s.fingerprint()?;
+    let first = Attestation {
+        batch_id: 3,
+        attempt: 1,
+        digest: [7; 32],
+    };
+    let second = Attestation {
+        batch_id: 3,
+        attempt: 2,
+        digest: [8; 32],
+    };
+    s.record_attestation(&first)?;
+    assert_eq!(s.attestation()?, Some(first));
+    s.record_attestation(&second)?;
+    drop(s);
+    let s = b.open()?;
+    assert_eq!(s.attestation()?, Some(second));
+    assert_eq!(s.fingerprint()?, fp);
+    Ok(())
+}
+
 /// Many entries come back in serial order (the start-up load streams them).
 fn load_streams_in_serial_order(b: &dyn Backend) -> Res {
     let s = b.open()?;
@@ -266,6 +293,17 @@ fn redb_batches_apply_and_survive_reopen() -> Res {
 #[test]
 fn redb_load_streams_in_serial_order() -> Res {
     load_streams_in_serial_order(&redb())
+}
+
+#[test]
+fn redb_attestation_is_replaced_and_survives_reopen() -> Res {
+    attestation_is_replaced_and_survives_reopen(&redb())
+}
+
+#[test]
+fn postgres_attestation_is_replaced_and_survives_reopen() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    attestation_is_replaced_and_survives_reopen(&pg)
 }
 
 #[test]
@@ -347,15 +385,26 @@ fn postgres_migrate_store_copies_and_verifies() -> Res {
     use ocelli_node::store::migrate::{redb_to_postgres, MigrateError};
     let Some(pg) = Pg::new() else { return Ok(()) };
     let src = redb();
+    let attested = Attestation {
+        batch_id: 3,
+        attempt: 4,
+        digest: [9; 32],
+    };
     let fp = {
         let s = src.open()?;
         script(s.as_ref())?;
+        s.record_attestation(&attested)?;
         s.fingerprint()?
     };
     let report = redb_to_postgres(src.0.path(), &pg.options())?;
     assert_eq!((report.requests, report.shares, report.batches), (6, 3, 2));
     assert_eq!(report.fingerprint, fp);
     assert_eq!(pg.open()?.fingerprint()?, fp);
+    assert_eq!(
+        pg.open()?.attestation()?,
+        Some(attested),
+        "copied with the store"
+    );
     assert!(matches!(
         redb_to_postgres(src.0.path(), &pg.options()),
         Err(MigrateError::NotEmpty)

@@ -821,3 +821,157 @@ async fn hpke_rotation_as_documented_keeps_decisions_right() -> Res {
     c.assert_stores_agree();
     Ok(())
 }
+
+/// A coordinator that equivocates: with a reset of serial 1 pending on all three nodes, party 0
+/// has party 2 attest commit A (the reset runs) and party 1 attest commit B of the same batch
+/// and attempt (the reset recorded as unopenable), then finalises A at party 1 and B at party 2
+/// with its own signature and the other peer's genuine one. Each peer refuses the outcomes it
+/// did not attest itself, stores nothing, and counts it; once party 0 batches honestly, the
+/// batch runs again as a newer attempt and the three stores agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equivocating_coordinator_cannot_split_the_peers() -> Res {
+    use ed25519_dalek::Verifier;
+    use ocelli_node::keys::batch_signing_message;
+    use sdk_orb::RequestType;
+    use shared_proto::v1::BatchItem;
+
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let first = c.envelope();
+    submit_everywhere(&c, &first).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    party0_batches(&mut c, false).await?;
+    let meta = c.meta(RequestType::Reset, 1, ocelli_node::node::now_ms());
+    let reset = c.seal(&meta);
+    submit_everywhere(&c, &reset).await?;
+    let id = id_of(&reset)?;
+    let held = c
+        .state(1)
+        .store()
+        .request(&ocelli_node::ids::RequestId(id))?
+        .ok_or("not held")?;
+    let before = c.state(1).store().meta()?;
+    let batch_id = before.last_applied_batch + 1;
+
+    let a = BatchCommit {
+        batch_id,
+        request_ids: vec![id.to_vec()],
+        next_serial_id: before.next_serial,
+        mpc_session: 11,
+        attempt: 1,
+        ..BatchCommit::default()
+    };
+    let b = BatchCommit {
+        batch_id,
+        unopenable: vec![BatchItem {
+            request_id: id.to_vec(),
+            envelope_digest: held.digest.clone(),
+        }],
+        next_serial_id: before.next_serial,
+        mpc_session: 12,
+        attempt: 1,
+        ..BatchCommit::default()
+    };
+    let (mut to1, mut to2) = (peer_client(&c, 0, 1)?, peer_client(&c, 0, 2)?);
+    let sig2 = to2
+        .commit_batch(a.clone())
+        .await?
+        .into_inner()
+        .signature
+        .ok_or("no attestation")?;
+    let sig1 = to1
+        .commit_batch(b.clone())
+        .await?
+        .into_inner()
+        .signature
+        .ok_or("no attestation")?;
+
+    let mut recorded_a = a.clone();
+    recorded_a.outcomes_recorded = true;
+    recorded_a.outcomes = vec![RecordedOutcome {
+        kind: recorded_outcome::Kind::Apply as i32,
+        ..RecordedOutcome::default()
+    }];
+    let digest_a = batch_digest(
+        &recorded_a,
+        std::slice::from_ref(&held.digest),
+        &recorded_a.outcomes,
+    );
+    let mut recorded_b = b.clone();
+    recorded_b.outcomes_recorded = true;
+    let digest_b = batch_digest(&recorded_b, &[], &[]);
+    // The peers' attestations are genuine: only the coordinator lies.
+    for (party, sig, digest) in [(2u8, &sig2, &digest_a), (1, &sig1, &digest_b)] {
+        let s = ed25519_dalek::Signature::from_slice(&sig.signature)?;
+        c.state(usize::from(party))
+            .result_verifying_key()
+            .verify(&batch_signing_message(party, digest), &s)?;
+    }
+    recorded_a.signatures = vec![attest_as(&c, 0, 0, &digest_a)?, sig2];
+    recorded_b.signatures = vec![attest_as(&c, 0, 0, &digest_b)?, sig1];
+    let at1 = to1.commit_batch(recorded_a).await;
+    let at2 = to2.commit_batch(recorded_b).await;
+    let refused = [&at1, &at2]
+        .iter()
+        .filter(|r| {
+            r.as_ref()
+                .is_err_and(|s| s.code() == tonic::Code::PermissionDenied)
+        })
+        .count();
+    assert_eq!(
+        refused, 2,
+        "each peer applies only the outcomes it attested"
+    );
+    for i in [1, 2] {
+        assert_eq!(
+            c.state(i).store().meta()?,
+            before,
+            "party {i} applied nothing"
+        );
+        assert_eq!(not_attested_here(&c, i).await?, 1);
+    }
+
+    party0_batches(&mut c, true).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(agreed_status(&c, &id).await?, ResultStatus::Reset);
+    c.assert_stores_agree();
+    let logged = c.state(1).store().batch(batch_id)?.ok_or("batch")?;
+    assert_eq!(BatchCommit::decode(logged.commit.as_slice())?.attempt, 2);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// A fresh commit of an attempt not newer than the one a peer last attested for the batch is
+/// refused before it is evaluated: no coordinator gets two attestations of one attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_attest_each_attempt_once() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    party0_batches(&mut c, false).await?;
+    let env = c.envelope();
+    submit_everywhere(&c, &env).await?;
+    let id = id_of(&env)?;
+    let meta = c.state(1).store().meta()?;
+    let commit = |attempt: u32, session: u64| BatchCommit {
+        batch_id: meta.last_applied_batch + 1,
+        request_ids: vec![id.to_vec()],
+        next_serial_id: meta.next_serial,
+        mpc_session: session,
+        attempt,
+        ..BatchCommit::default()
+    };
+    let mut to1 = peer_client(&c, 0, 1)?;
+    assert_eq!(
+        code(to1.commit_batch(commit(0, 1)).await),
+        tonic::Code::PermissionDenied
+    );
+    assert_eq!(code(to1.commit_batch(commit(3, 2)).await), tonic::Code::Ok);
+    for (attempt, session) in [(3, 3), (2, 4)] {
+        assert_eq!(
+            code(to1.commit_batch(commit(attempt, session)).await),
+            tonic::Code::PermissionDenied,
+            "attempt {attempt}"
+        );
+    }
+    assert_eq!(code(to1.commit_batch(commit(4, 5)).await), tonic::Code::Ok);
+    c.stop_all().await?;
+    Ok(())
+}

@@ -1,6 +1,6 @@
 //! A committed batch on one node, in two steps. [`evaluate_commit`] runs the MPC and signs
-//! what it opened, storing nothing; [`apply_commit`] applies outcomes attested by both other
-//! nodes: it assigns serial ids, signs the results and persists them atomically, then updates
+//! what it opened, storing only its attestation; [`apply_commit`] applies outcomes attested by
+//! all three nodes, this one included: it assigns serial ids, signs the results and persists them atomically, then updates
 //! memory and publishes the results.
 //!
 //! Nothing is applied on one node's own evaluation: the MPC can complete on one node and fail
@@ -23,7 +23,7 @@ use crate::batch::plan::{
 use crate::batch::{ApplyError, EvalContext, EvalError, EvalRequest, Outcome};
 use crate::ids::{EnvelopeDigest, RequestId, SerialId};
 use crate::node::NodeState;
-use crate::store::{BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite};
+use crate::store::{Attestation, BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite};
 
 /// What applying a batch gave: what the node answers party 0 in its ack.
 #[derive(Clone, Debug)]
@@ -49,7 +49,9 @@ pub struct Evaluated {
 }
 
 /// Evaluates a fresh commit on this node (the three-party matching runs with the peers) and
-/// signs the outcomes it opened. Stores nothing: the batch is applied by [`apply_commit`] once
+/// signs the outcomes it opened, once per attempt: an attempt not newer than the last one
+/// this node attested for the batch is refused ([`ApplyError::StaleAttempt`]), and the
+/// attestation is recorded durably before it is returned. Stores nothing: the batch is applied by [`apply_commit`] once
 /// both other nodes' attestations of the same outcomes are in. For a batch this node already
 /// applied, answers with the logged outcomes.
 ///
@@ -96,6 +98,25 @@ fn evaluate_blocking(
         }
     }
     check_commit(commit, &meta)?;
+    let attested = state
+        .store
+        .attestation()?
+        .filter(|a| a.batch_id == commit.batch_id)
+        .map_or(0, |a| a.attempt);
+    if commit.attempt <= attested {
+        tracing::warn!(
+            batch_id = commit.batch_id,
+            attempt = commit.attempt,
+            attested,
+            "refused a commit attempt not newer than the one attested"
+        );
+        state.metrics.batch("refused_stale_attempt");
+        return Err(ApplyError::StaleAttempt {
+            batch_id: commit.batch_id,
+            attempt: commit.attempt,
+            attested,
+        });
+    }
     let envelope_digests = committed_digests(state, commit)?;
     let held = read_committed(state, commit)?;
     let outcomes = evaluate(state, commit, &held.eval, runtime)?;
@@ -103,6 +124,13 @@ fn evaluate_blocking(
     recorded.outcomes_recorded = true;
     recorded.outcomes = outcomes.iter().map(record_outcome).collect();
     let batch_digest = attest::batch_digest(commit, &envelope_digests, &recorded.outcomes);
+    // Durable before the signature leaves: after a restart this node still knows which
+    // outcomes of the batch it vouched for.
+    state.store.record_attestation(&Attestation {
+        batch_id: commit.batch_id,
+        attempt: commit.attempt,
+        digest: batch_digest,
+    })?;
     let signature = attest::sign(state, &batch_digest);
     recorded.signatures = vec![signature.clone()];
     Ok(Evaluated {
@@ -113,14 +141,16 @@ fn evaluate_blocking(
 }
 
 /// Applies a batch's recorded outcomes on this node once it holds valid attestations of them
-/// by both other parties (they computed them in the MPC, or verified both others'): assigns
-/// serial ids, signs and durably stores the results and its own attestation of the batch.
-/// Idempotent for batches already applied.
+/// by both other parties and they are the outcomes this node itself attested for that attempt
+/// (every node computed them in the MPC): assigns serial ids, signs and durably stores the
+/// results and the batch log entry with all three attestations. Idempotent for batches
+/// already applied.
 ///
 /// # Errors
 /// [`ApplyError`]; nothing is stored then. Recorded outcomes without both other parties'
-/// valid attestations are [`ApplyError::Unattested`]: logged and counted in
-/// `ocelli_batches_total{outcome="refused_unattested"}`.
+/// valid attestations are [`ApplyError::Unattested`] (`ocelli_batches_total{outcome=
+/// "refused_unattested"}`), and outcomes this node did not attest itself
+/// [`ApplyError::NotAttestedHere`] (`outcome="refused_not_attested_here"`); both are logged.
 pub async fn apply_commit(
     state: &Arc<NodeState>,
     commit: BatchCommit,
@@ -165,9 +195,25 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<Applie
             });
         }
     };
+    let own_attestation = Attestation {
+        batch_id: commit.batch_id,
+        attempt: commit.attempt,
+        digest,
+    };
+    if state.store.attestation()? != Some(own_attestation) {
+        tracing::error!(
+            batch_id = commit.batch_id,
+            attempt = commit.attempt,
+            "refused outcomes this node did not attest (a coordinator showing the peers different commits, or a superseded attempt)"
+        );
+        state.metrics.batch("refused_not_attested_here");
+        return Err(ApplyError::NotAttestedHere {
+            batch_id: commit.batch_id,
+            attempt: commit.attempt,
+        });
+    }
     let held = read_committed(state, commit)?;
     let outcomes = recorded_outcomes(commit, held.eval.len())?;
-    // Attested by both others: this node attests it too.
     let own = attest::sign(state, &digest);
     signatures.push(own.clone());
     let mut logged = commit.clone();

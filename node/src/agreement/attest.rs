@@ -2,7 +2,7 @@
 //! MPC, or seen signed by both other nodes for that exact batch.
 //!
 //! Each node, once it has evaluated a batch, signs a canonical digest of what the batch
-//! decided (batch id, next serial id, the requests run with the envelope digests it holds, the
+//! decided (batch id, attempt, next serial id, the requests run with the envelope digests it holds, the
 //! outcomes it opened, and the timed-out, digest-mismatch and unopenable items) with its result
 //! key, in a domain of its own (`ocelli/v1/batch`). Peers return theirs in the commit ack;
 //! party 0 applies the batch and finalises it at the peers only with all three, and every
@@ -10,6 +10,13 @@
 //! fetched batch) are applied only with valid signatures of both other parties, checked with
 //! their pinned keys: one node, party 0 included, cannot make another sign an outcome the MPC
 //! did not open.
+//!
+//! A node attests at most one digest per attempt at a batch, records it durably before the
+//! signature leaves ([`crate::store::Attestation`]), attests no attempt older than the one it
+//! recorded, and applies only the digest it recorded. Applying needs all three attestations
+//! of one digest, and a node that applied a batch attests nothing else for it, so two
+//! different outcomes of one batch can never both be applied: a coordinator that shows two
+//! peers two commits gets at most one of them applied, or none.
 
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -18,7 +25,9 @@ use shared_proto::v1::{BatchCommit, BatchItem, BatchSignature, RecordedOutcome};
 use crate::keys::batch_signing_message;
 use crate::node::NodeState;
 
-const DIGEST_DOMAIN: &[u8] = b"ocelli/v1/batch-digest";
+const DIGEST_DOMAIN: &[u8] = b"ocelli/v2/batch-digest";
+/// The digest of batch log entries written before attempts existed (attempt 0).
+const DIGEST_DOMAIN_V1: &[u8] = b"ocelli/v1/batch-digest";
 
 /// The digest a batch attestation signs (see `BatchSignature` in node.proto).
 /// `envelope_digests` are the digests this node holds for `commit.request_ids`, in order.
@@ -28,8 +37,14 @@ pub fn batch_digest(
     outcomes: &[RecordedOutcome],
 ) -> [u8; 32] {
     let mut h = Sha256::new();
-    h.update(DIGEST_DOMAIN);
-    h.update(commit.batch_id.to_be_bytes());
+    if commit.attempt == 0 {
+        h.update(DIGEST_DOMAIN_V1);
+        h.update(commit.batch_id.to_be_bytes());
+    } else {
+        h.update(DIGEST_DOMAIN);
+        h.update(commit.batch_id.to_be_bytes());
+        h.update(commit.attempt.to_be_bytes());
+    }
     h.update(commit.next_serial_id.to_be_bytes());
     let bytes = |h: &mut Sha256, b: &[u8]| {
         h.update(u32::try_from(b.len()).unwrap_or(u32::MAX).to_be_bytes());

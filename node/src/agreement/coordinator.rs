@@ -230,6 +230,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         outcomes_recorded: false,
         outcomes: Vec::new(),
         signatures: Vec::new(),
+        attempt: next_attempt(state, batch_id, &votes)?,
     };
     // Party 0 votes too: a request it cannot open cannot be evaluated either.
     let unopenable_here: std::collections::HashSet<RequestId> = candidates
@@ -328,6 +329,25 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
     state.metrics.batch_size.observe(size as f64);
     state.metrics.batch("committed");
     Ok(Round::Committed { batch_id, size })
+}
+
+/// The attempt to commit batch `batch_id` as: past every attempt at it that this node or a
+/// peer attested (each node refuses to attest an attempt not newer than its last).
+fn next_attempt(
+    state: &NodeState,
+    batch_id: u64,
+    votes: &BTreeMap<u8, BatchVote>,
+) -> Result<u32, StoreError> {
+    let own = state
+        .store
+        .attestation()?
+        .filter(|a| a.batch_id == batch_id)
+        .map_or(0, |a| a.attempt);
+    let highest = votes
+        .values()
+        .map(|v| v.attested_attempt)
+        .fold(own, u32::max);
+    Ok(highest.saturating_add(1))
 }
 
 /// Adds to `commit.timed_out` the requests a peer reports expired that this node never
@@ -587,6 +607,11 @@ pub fn tally(
 /// Votes on a proposal (parties 1 and 2).
 pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, StoreError> {
     let meta = state.store.meta()?;
+    let attested_attempt = state
+        .store
+        .attestation()?
+        .filter(|a| a.batch_id == proposal.batch_id)
+        .map_or(0, |a| a.attempt);
     let mut q = state.queue();
     Ok(vote_on(
         &mut q,
@@ -614,6 +639,7 @@ pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, St
                 envelope_digest: c.digest.0.to_vec(),
             })
             .collect();
+        v.attested_attempt = attested_attempt;
         v
     })
 }
@@ -659,5 +685,6 @@ pub fn vote_on(
         votes,
         last_applied_batch_id: last_applied,
         expired: Vec::new(),
+        attested_attempt: 0,
     }
 }

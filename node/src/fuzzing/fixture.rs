@@ -374,6 +374,7 @@ fn fixture_commit(candidates: &[Candidate], vote: &BatchVote) -> BatchCommit {
         batch_id: peer_fixture::LAST_APPLIED_BATCH + 1,
         next_serial_id: peer_fixture::NEXT_SERIAL,
         mpc_session: peer_fixture::MPC_SESSION,
+        attempt: 1,
         ..BatchCommit::default()
     };
     tally(

@@ -94,7 +94,11 @@ impl PeerService for PeerApi {
                 results_digest,
                 signature: Some(signature),
             })),
-            Err(e @ ApplyError::Unattested { .. }) => Err(Status::permission_denied(e.to_string())),
+            Err(
+                e @ (ApplyError::Unattested { .. }
+                | ApplyError::NotAttestedHere { .. }
+                | ApplyError::StaleAttempt { .. }),
+            ) => Err(Status::permission_denied(e.to_string())),
             Err(e @ ApplyError::Behind { .. }) => Err(Status::failed_precondition(e.to_string())),
             Err(e @ ApplyError::SerialMismatch { .. }) => {
                 tracing::error!(batch_id, error = %e, "refusing a commit");

@@ -22,8 +22,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
 
 use super::{
-    BatchWrite, Meta, RequestRecord, RequestSummary, ShareWrite, Store, StoreError, StoreSummary,
-    StoredBatch,
+    Attestation, BatchWrite, Meta, RequestRecord, RequestSummary, ShareWrite, Store, StoreError,
+    StoreSummary, StoredBatch,
 };
 use crate::ids::{RequestId, SerialId};
 use crate::shares::StoredShares;
@@ -40,6 +40,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE batches (batch_id bigint PRIMARY KEY, results_digest bytea NOT NULL,
                            commit bytea NOT NULL);
      CREATE TABLE meta (key text PRIMARY KEY, value bigint NOT NULL);",
+    // 2: this node's latest batch attestation (one row; see `Store::attestation`).
+    "CREATE TABLE attestation (id smallint PRIMARY KEY CHECK (id = 1), record bytea NOT NULL);",
 ];
 
 /// The schema version this binary writes.
@@ -349,6 +351,9 @@ impl PgStore {
             for (k, v) in &rows.meta {
                 set_meta(&txn, k, *v).await?;
             }
+            if let Some(a) = &rows.attestation {
+                set_attestation(&txn, a).await?;
+            }
             txn.commit().await.map_err(be)
         })
     }
@@ -367,6 +372,8 @@ pub struct RawRows {
     pub batches: Vec<(u64, StoredBatch)>,
     /// Counters present.
     pub meta: Vec<(String, u64)>,
+    /// The node's latest batch attestation.
+    pub attestation: Option<Attestation>,
 }
 
 async fn upsert_shares(
@@ -378,6 +385,20 @@ async fn upsert_shares(
         "INSERT INTO shares (serial, entry) SELECT * FROM unnest($1::bigint[], $2::bytea[])
          ON CONFLICT (serial) DO UPDATE SET entry = excluded.entry",
         &[&serials, &entries],
+    )
+    .await
+    .map_err(be)?;
+    Ok(())
+}
+
+async fn set_attestation<C: tokio_postgres::GenericClient>(
+    c: &C,
+    a: &Attestation,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO attestation (id, record) VALUES (1, $1)
+         ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+        &[&&a.encode()[..]],
     )
     .await
     .map_err(be)?;
@@ -612,6 +633,25 @@ impl Store for PgStore {
         self.run(move |inner| async move {
             let c = inner.conn().await?;
             meta_of(&*c).await
+        })
+    }
+
+    fn attestation(&self) -> Result<Option<Attestation>, StoreError> {
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            let row = c
+                .query_opt("SELECT record FROM attestation WHERE id = 1", &[])
+                .await
+                .map_err(be)?;
+            row.map(|r| Attestation::decode(r.get(0))).transpose()
+        })
+    }
+
+    fn record_attestation(&self, a: &Attestation) -> Result<(), StoreError> {
+        let a = *a;
+        self.run(move |inner| async move {
+            let c = inner.conn().await?;
+            set_attestation(&*c, &a).await
         })
     }
 

@@ -9,8 +9,8 @@ use redb::{
 use sha2::{Digest, Sha256};
 
 use super::{
-    BatchWrite, Meta, RequestRecord, RequestState, RequestSummary, ShareWrite, Store, StoreError,
-    StoreSummary, StoredBatch,
+    Attestation, BatchWrite, Meta, RequestRecord, RequestState, RequestSummary, ShareWrite, Store,
+    StoreError, StoreSummary, StoredBatch,
 };
 use crate::ids::{RequestId, SerialId};
 use crate::shares::StoredShares;
@@ -21,6 +21,10 @@ const RESULTS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("results
 const SHARES: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("shares");
 const BATCHES: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("batches");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+/// This node's latest batch attestation, one row under [`LATEST`]; not part of the state the
+/// three nodes share (kept out of the fingerprint).
+const ATTESTATION: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("attestation");
+const LATEST: &str = "latest";
 
 const CACHE_BYTES: usize = 64 << 20;
 
@@ -60,6 +64,7 @@ impl RedbStore {
             txn.open_table(SHARES).map_err(be)?;
             txn.open_table(BATCHES).map_err(be)?;
             txn.open_table(META).map_err(be)?;
+            txn.open_table(ATTESTATION).map_err(be)?;
         }
         txn.commit().map_err(be)?;
         Ok(Self { db, path })
@@ -96,6 +101,7 @@ impl RedbStore {
             let (k, v) = item.map_err(be)?;
             out.meta.push((k.value().to_owned(), v.value()));
         }
+        out.attestation = self.attestation()?;
         Ok(out)
     }
 
@@ -245,6 +251,24 @@ impl Store for RedbStore {
             last_applied_batch: get(LAST_APPLIED)?.unwrap_or(0),
             next_serial: get(NEXT_SERIAL)?.unwrap_or(1),
         })
+    }
+
+    fn attestation(&self) -> Result<Option<Attestation>, StoreError> {
+        let txn = self.db.begin_read().map_err(be)?;
+        let t = txn.open_table(ATTESTATION).map_err(be)?;
+        t.get(LATEST)
+            .map_err(be)?
+            .map(|v| Attestation::decode(v.value()))
+            .transpose()
+    }
+
+    fn record_attestation(&self, a: &Attestation) -> Result<(), StoreError> {
+        let txn = self.write()?;
+        {
+            let mut t = txn.open_table(ATTESTATION).map_err(be)?;
+            t.insert(LATEST, a.encode().as_slice()).map_err(be)?;
+        }
+        txn.commit().map_err(be)
     }
 
     fn share_count(&self) -> Result<u64, StoreError> {

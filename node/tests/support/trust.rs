@@ -338,10 +338,21 @@ pub fn attest_as(c: &Cluster, party: u8, key_of: u8, digest: &[u8; 32]) -> Res<B
 
 /// How many batches `node` refused as unattested, by its metrics page.
 pub async fn refused_unattested(c: &Cluster, node: usize) -> Res<u64> {
+    batches_counted(c, node, "refused_unattested").await
+}
+
+/// How many recorded outcomes `node` refused as not the ones it attested, by its metrics page.
+pub async fn not_attested_here(c: &Cluster, node: usize) -> Res<u64> {
+    batches_counted(c, node, "refused_not_attested_here").await
+}
+
+/// `ocelli_batches_total{outcome}` on `node`'s metrics page.
+async fn batches_counted(c: &Cluster, node: usize, outcome: &str) -> Res<u64> {
     let page = http_get(c.configs[node].listen.metrics, "/metrics").await?;
+    let label = format!("outcome=\"{outcome}\"");
     Ok(page
         .lines()
-        .find(|l| l.starts_with("ocelli_batches_total") && l.contains("refused_unattested"))
+        .find(|l| l.starts_with("ocelli_batches_total") && l.contains(&label))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0))
