@@ -80,6 +80,15 @@ pub enum ApplyError {
         /// The commit's attempt.
         attempt: u32,
     },
+    /// A commit lists a request as timed out, digest-mismatched or unopenable against this
+    /// node's own evidence.
+    #[error("request {id}: {reason}")]
+    Unfounded {
+        /// The request.
+        id: RequestId,
+        /// What this node holds that contradicts the item.
+        reason: &'static str,
+    },
     /// The commit names a request more than once (to run, as timed out or
     /// as a digest mismatch); party 0 never does.
     #[error("the commit names request {0} more than once")]

@@ -862,9 +862,11 @@ async fn equivocating_coordinator_cannot_split_the_peers() -> Res {
     };
     let b = BatchCommit {
         batch_id,
+        // Party 0 claims it cannot open the reset: only it could say otherwise.
         unopenable: vec![BatchItem {
             request_id: id.to_vec(),
             envelope_digest: held.digest.clone(),
+            reported_by: 0b001,
         }],
         next_serial_id: before.next_serial,
         mpc_session: 12,
@@ -972,6 +974,69 @@ async fn peers_attest_each_attempt_once() -> Res {
         );
     }
     assert_eq!(code(to1.commit_batch(commit(4, 5)).await), tonic::Code::Ok);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// Party 0 alone cannot finalise a pending request against a peer's own evidence: with an
+/// enrolment just received by all three, a commit that times it out, or lists it as
+/// unopenable or digest-mismatched by a peer that opens it and holds the listed digest, is
+/// refused by that peer before anything runs; the request is later enrolled as usual and the
+/// stores agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_refuse_unfounded_time_outs() -> Res {
+    use shared_proto::v1::BatchItem;
+
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|cfg| {
+        cfg.batch.request_timeout_ms = 60_000;
+    })
+    .await?;
+    party0_batches(&mut c, false).await?;
+    let env = c.envelope();
+    submit_everywhere(&c, &env).await?;
+    let id = id_of(&env)?;
+    let digest = c
+        .state(1)
+        .store()
+        .request(&ocelli_node::ids::RequestId(id))?
+        .ok_or("not held")?
+        .digest;
+    let meta = c.state(1).store().meta()?;
+    let item = |reported_by| BatchItem {
+        request_id: id.to_vec(),
+        envelope_digest: digest.clone(),
+        reported_by,
+    };
+    let base = BatchCommit {
+        batch_id: meta.last_applied_batch + 1,
+        next_serial_id: meta.next_serial,
+        ..BatchCommit::default()
+    };
+    let mut timed_out = base.clone();
+    timed_out.timed_out = vec![item(0)];
+    let mut unopenable = base.clone();
+    unopenable.unopenable = vec![item(0b010)];
+    let mut mismatch = base.clone();
+    mismatch.digest_mismatch = vec![item(0b010)];
+    let mut unreported = base.clone();
+    unreported.unopenable = vec![item(0)];
+    let mut to1 = peer_client(&c, 0, 1)?;
+    for (k, mut commit) in [timed_out, unopenable, mismatch, unreported]
+        .into_iter()
+        .enumerate()
+    {
+        commit.attempt = k as u32 + 1;
+        commit.mpc_session = k as u64 + 1;
+        let r = to1.commit_batch(commit).await;
+        assert_eq!(code(r), tonic::Code::PermissionDenied, "commit {k}");
+    }
+    assert_eq!(c.state(1).store().meta()?, meta, "nothing applied");
+    assert_eq!(c.state(1).pending_len(), 1);
+
+    party0_batches(&mut c, true).await?;
+    c.wait_drained(Duration::from_secs(20)).await?;
+    assert_eq!(agreed_status(&c, &id).await?, ResultStatus::UniqueEnrolled);
+    c.assert_stores_agree();
     c.stop_all().await?;
     Ok(())
 }

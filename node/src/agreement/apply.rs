@@ -18,7 +18,8 @@ use shared_proto::v1::{BatchCommit, BatchSignature, NodeResult, ResultStatus, Si
 use super::attest;
 
 use crate::batch::plan::{
-    check_commit, committed_ids, eval_request, plan, record_outcome, recorded_outcomes, Planned,
+    check_commit, check_items, committed_ids, eval_request, plan, record_outcome,
+    recorded_outcomes, HeldHere, Planned,
 };
 use crate::batch::{ApplyError, EvalContext, EvalError, EvalRequest, Outcome};
 use crate::ids::{EnvelopeDigest, RequestId, SerialId};
@@ -117,6 +118,7 @@ fn evaluate_blocking(
             attested,
         });
     }
+    check_evidence(state, commit)?;
     let envelope_digests = committed_digests(state, commit)?;
     let held = read_committed(state, commit)?;
     let outcomes = evaluate(state, commit, &held.eval, runtime)?;
@@ -264,6 +266,36 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<Applie
         batch_digest: digest,
         signature: own,
     })
+}
+
+/// Refuses a commit whose timed-out, digest-mismatch or unopenable items this node's own
+/// evidence contradicts (see [`check_items`]); logged and counted as
+/// `ocelli_batches_total{outcome="refused_unfounded"}`.
+fn check_evidence(state: &NodeState, commit: &BatchCommit) -> Result<(), ApplyError> {
+    let timeout = state.config.batch.request_timeout_ms;
+    // A quarter of the time-out for the nodes' clocks and arrival times to differ.
+    let min_wait_ms = timeout - timeout / 4;
+    let lookup = |id: &RequestId| {
+        let rec = state.store.request(id).ok().flatten()?;
+        Some(HeldHere {
+            pending: rec.state() == Some(RequestState::Pending),
+            received_ms: rec.received_ms,
+            digest: rec.digest,
+            opens: !state.unopenable.contains(id),
+        })
+    };
+    let checked = check_items(
+        commit,
+        state.party,
+        crate::node::now_ms(),
+        min_wait_ms,
+        lookup,
+    );
+    if let Err(e) = &checked {
+        tracing::error!(batch_id = commit.batch_id, error = %e, "refused a commit against this node's evidence");
+        state.metrics.batch("refused_unfounded");
+    }
+    checked
 }
 
 /// The envelope digests this node holds for the requests a commit runs, in order (empty

@@ -64,11 +64,15 @@ pub fn batch_digest(
     for o in outcomes {
         bytes(&mut h, &o.encode_to_vec());
     }
+    let with_reporters = commit.attempt != 0;
     let items = |h: &mut Sha256, list: &[BatchItem]| {
         count(h, list.len());
         for item in list {
             bytes(h, &item.request_id);
             bytes(h, &item.envelope_digest);
+            if with_reporters {
+                h.update(item.reported_by.to_be_bytes());
+            }
         }
     };
     items(&mut h, &commit.timed_out);

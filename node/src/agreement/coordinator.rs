@@ -167,6 +167,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
             .map(|c| BatchItem {
                 request_id: c.id.0.to_vec(),
                 envelope_digest: c.digest.0.to_vec(),
+                reported_by: 0,
             })
             .collect(),
     };
@@ -587,19 +588,32 @@ pub fn tally(
                     .unwrap_or(Vote::Missing)
             })
             .collect();
-        let item = || BatchItem {
+        // The parties whose vote is `v` (bit p for party p), and party 0 if `here`.
+        let reporters = |v: Vote, here: bool| {
+            votes
+                .keys()
+                .zip(&vs)
+                .filter(|(_, x)| **x == v)
+                .fold(u32::from(here), |bits, (p, _)| bits | 1 << p)
+        };
+        let item = |reported_by| BatchItem {
             request_id: c.id.0.to_vec(),
             envelope_digest: c.digest.0.to_vec(),
+            reported_by,
         };
         let opens = opens_here(&c.id);
         if opens && vs.iter().all(|v| *v == Vote::Accept) {
             commit.request_ids.push(c.id.0.to_vec());
         } else if vs.contains(&Vote::DigestMismatch) {
-            commit.digest_mismatch.push(item());
+            commit
+                .digest_mismatch
+                .push(item(reporters(Vote::DigestMismatch, false)));
         } else if !opens || vs.contains(&Vote::Unopenable) {
-            commit.unopenable.push(item());
+            commit
+                .unopenable
+                .push(item(reporters(Vote::Unopenable, !opens)));
         } else if c.received_ms < cutoff_ms || vs.contains(&Vote::AlreadyFinal) {
-            commit.timed_out.push(item());
+            commit.timed_out.push(item(0));
         }
     }
 }
@@ -637,6 +651,7 @@ pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, St
             .map(|c| BatchItem {
                 request_id: c.id.0.to_vec(),
                 envelope_digest: c.digest.0.to_vec(),
+                reported_by: 0,
             })
             .collect();
         v.attested_attempt = attested_attempt;

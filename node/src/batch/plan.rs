@@ -75,6 +75,72 @@ pub(crate) fn check_commit(commit: &BatchCommit, meta: &Meta) -> Result<(), Appl
     Ok(())
 }
 
+/// What this node holds of a request a commit lists as timed out, digest-mismatched or
+/// unopenable: its own evidence.
+#[derive(Clone, Debug)]
+pub(crate) struct HeldHere {
+    /// Pending here (not yet final).
+    pub pending: bool,
+    /// When this node received it, ms since the epoch.
+    pub received_ms: u64,
+    /// The envelope digest this node holds.
+    pub digest: Vec<u8>,
+    /// Whether this node can open its payload.
+    pub opens: bool,
+}
+
+/// Checks a commit's timed-out, digest-mismatch and unopenable items against this node's own
+/// evidence (`held` looks a request up here): a request pending here is timed out only once
+/// it has waited here for most of the request time-out (`min_wait_ms`, which leaves room for
+/// the nodes' clocks and arrival times to differ), and an item that names this node
+/// (`reported_by`) must be true of it. Items naming no node are refused. A coordinator
+/// therefore cannot finalise a request against the evidence of a node that attests the batch.
+///
+/// # Errors
+/// [`ApplyError::Unfounded`] for the first item this node's evidence contradicts.
+pub(crate) fn check_items(
+    commit: &BatchCommit,
+    me: u8,
+    now_ms: u64,
+    min_wait_ms: u64,
+    held: impl Fn(&RequestId) -> Option<HeldHere>,
+) -> Result<(), ApplyError> {
+    let unfounded = |id, reason| Err(ApplyError::Unfounded { id, reason });
+    let named = |item: &shared_proto::v1::BatchItem| item.reported_by & (1 << me) != 0;
+    for (id, _) in listed(&commit.timed_out) {
+        if let Some(h) = held(&id) {
+            if h.pending && now_ms.saturating_sub(h.received_ms) < min_wait_ms {
+                return unfounded(id, "timed out, but pending here for less than the time-out");
+            }
+        }
+    }
+    for (id, item) in listed(&commit.digest_mismatch) {
+        if item.reported_by == 0 {
+            return unfounded(id, "digest mismatch reported by no node");
+        }
+        if named(item) && held(&id).is_none_or(|h| h.digest == item.envelope_digest) {
+            return unfounded(id, "digest mismatch, but this node holds the listed digest");
+        }
+    }
+    for (id, item) in listed(&commit.unopenable) {
+        if item.reported_by == 0 {
+            return unfounded(id, "unopenable reported by no node");
+        }
+        if named(item) && held(&id).is_some_and(|h| h.opens) {
+            return unfounded(id, "unopenable, but this node opens it");
+        }
+    }
+    Ok(())
+}
+
+/// The items of a commit list with a request id (others name nothing and are skipped).
+fn listed(
+    list: &[shared_proto::v1::BatchItem],
+) -> impl Iterator<Item = (RequestId, &shared_proto::v1::BatchItem)> {
+    list.iter()
+        .filter_map(|item| Some((RequestId::from_slice(&item.request_id)?, item)))
+}
+
 /// A held request as the evaluator gets it: its log entry and this party's
 /// shares.
 /// `None` if the log entry's request type is unknown (a corrupt entry).
@@ -404,6 +470,7 @@ mod tests {
                 .map(|id| BatchItem {
                     request_id: id.to_vec(),
                     envelope_digest: vec![1; 32],
+                    reported_by: 0,
                 })
                 .collect(),
             next_serial_id: 4,
@@ -435,5 +502,44 @@ mod tests {
         let mut c = commit(&[a], &[]);
         c.request_ids.extend([vec![1, 2], vec![1, 2]]);
         assert!(check_commit(&c, &meta).is_ok());
+    }
+
+    #[test]
+    fn items_are_checked_against_this_nodes_evidence() {
+        let (recent, old, other) = ([1; 16], [2; 16], [3; 16]);
+        let held = |id: &RequestId| {
+            (id.0 != other).then(|| HeldHere {
+                pending: true,
+                received_ms: if id.0 == recent { 9_000 } else { 1_000 },
+                digest: vec![1; 32],
+                opens: id.0 == recent,
+            })
+        };
+        let item = |id: [u8; 16], digest: u8, reported_by: u32| BatchItem {
+            request_id: id.to_vec(),
+            envelope_digest: vec![digest; 32],
+            reported_by,
+        };
+        let check = |c: &BatchCommit| check_items(c, 1, 10_000, 7_500, held);
+        let unfounded = |c: &BatchCommit| matches!(check(c), Err(ApplyError::Unfounded { .. }));
+        // Time-outs: pending here for 1 s of 10 is too early; 9 s, or not held here, is fine.
+        assert!(unfounded(&commit(&[], &[recent])));
+        assert!(check(&commit(&[], &[old, other])).is_ok());
+        // Digest mismatch naming this node (bit 1): only if it holds another digest.
+        let mut c = commit(&[], &[]);
+        c.digest_mismatch = vec![item(old, 1, 0b010)];
+        assert!(unfounded(&c));
+        c.digest_mismatch = vec![item(old, 2, 0b010), item(recent, 1, 0b100)];
+        assert!(check(&c).is_ok());
+        c.digest_mismatch = vec![item(old, 2, 0)];
+        assert!(unfounded(&c), "reported by no node");
+        // Unopenable naming this node: only if it cannot open it.
+        let mut c = commit(&[], &[]);
+        c.unopenable = vec![item(recent, 1, 0b010)];
+        assert!(unfounded(&c));
+        c.unopenable = vec![item(old, 1, 0b010), item(recent, 1, 0b001)];
+        assert!(check(&c).is_ok());
+        c.unopenable = vec![item(old, 1, 0)];
+        assert!(unfounded(&c), "reported by no node");
     }
 }

@@ -123,6 +123,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
             .map(|c| BatchItem {
                 request_id: c.id.0.to_vec(),
                 envelope_digest: c.digest.0.to_vec(),
+                reported_by: 0,
             })
             .collect(),
     };
@@ -184,6 +185,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
     repeated.timed_out.push(BatchItem {
         request_id: repeated.request_ids[0].clone(),
         envelope_digest: peer_fixture::PENDING[0].digest.to_vec(),
+        reported_by: 0,
     });
 
     // The fuzz finding: a replayed commit that also lists a request no node could open.
@@ -191,6 +193,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
     unopenable.unopenable.push(BatchItem {
         request_id: vec![0x0b; 16],
         envelope_digest: vec![0x0c; 32],
+        reported_by: 0,
     });
 
     // The session id, then each payload as a frame.

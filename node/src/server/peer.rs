@@ -97,7 +97,8 @@ impl PeerService for PeerApi {
             Err(
                 e @ (ApplyError::Unattested { .. }
                 | ApplyError::NotAttestedHere { .. }
-                | ApplyError::StaleAttempt { .. }),
+                | ApplyError::StaleAttempt { .. }
+                | ApplyError::Unfounded { .. }),
             ) => Err(Status::permission_denied(e.to_string())),
             Err(e @ ApplyError::Behind { .. }) => Err(Status::failed_precondition(e.to_string())),
             Err(e @ ApplyError::SerialMismatch { .. }) => {
