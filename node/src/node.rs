@@ -105,6 +105,8 @@ pub struct NodeState {
     pub links: crate::links::LinkHub,
     /// Clients for the two peers, set when the node starts serving.
     pub peers: std::sync::OnceLock<crate::links::Peers>,
+    /// Recovery sessions this node helps: nonces served, pad secrets offered.
+    pub(crate) recovery: crate::recovery::sessions::Sessions,
     ready: AtomicBool,
     /// Shutting down: submissions are refused and open result streams end.
     draining: tokio::sync::watch::Sender<bool>,
@@ -209,6 +211,7 @@ impl NodeState {
             batch_wakeup: Notify::new(),
             links: crate::links::LinkHub::default(),
             peers: std::sync::OnceLock::new(),
+            recovery: Default::default(),
             ready: AtomicBool::new(false),
             draining: tokio::sync::watch::Sender::new(false),
         }))

@@ -2,32 +2,36 @@
 //! the other two (docs/protocol.md, "Node recovery"; the arithmetic is
 //! [`ocelli_mpc::recovery`]).
 //!
-//! The recovering node sends both helpers the same fresh nonce over the mutual-TLS peer links;
-//! each helper checks who asks by its pinned certificate, snapshots its enrolled entries and
-//! counters (no batch applies meanwhile) and streams, per entry in serial order, its masked
-//! Lagrange term towards the caller's evaluation point. The caller checks that the two helpers
-//! describe the same state (counters, last batch log entry, serial ids, sizes) and adds the two
-//! streams into its shares, then writes shares, counters and the last batch log entry in one
-//! transaction. Pending requests, the request log and old results are not restored: the other two
-//! nodes keep refusing replays, and requests held only by them time out.
+//! The recovering node sends both helpers the same fresh nonce over the mutual-TLS peer links.
+//! Each helper checks who asks by its pinned certificate and serves only a party its operator
+//! allowed ([`allowance`]), once per nonce. The lower helper draws the session's pad secret and
+//! hands it to the higher one ([`accept_pad`]); each then snapshots its enrolled
+//! entries and counters (no batch applies meanwhile) and streams, per entry in serial order, its
+//! masked Lagrange term towards the caller's evaluation point. The caller checks that the two
+//! helpers describe the same state (counters, last batch log entry, serial ids, sizes) and adds
+//! the two streams into its shares, then writes shares, counters and the last batch log entry.
+//! Pending requests, the request log and old results are not restored: the other two nodes keep
+//! refusing replays, and requests held only by them time out.
+
+pub mod allowance;
+mod helper;
+pub(crate) mod sessions;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use ocelli_mpc::recovery::{combine_person, pad_seed, third, Helper, PERSON_COEFS};
+use ocelli_mpc::recovery::{combine_person, PadSecretLengthError, PERSON_COEFS};
 use rand_core::{OsRng, RngCore};
-use sdk_orb::PartyId;
 use shared_proto::v1::{BatchCommit, RecoverChunk, RecoverRequest};
 use zeroize::Zeroizing;
 
+pub use allowance::{allow_recovery, Allowance, AllowanceError};
+pub use helper::{accept_pad, helper_stream};
+
 use crate::config::NodeConfig;
 use crate::ids::SerialId;
-use crate::node::NodeState;
 use crate::shares::StoredShares;
 use crate::store::{BatchWrite, ShareWrite, StoreError};
-
-/// Entries per streamed chunk (about 2.4 MB).
-const CHUNK_ENTRIES: usize = 32;
 
 /// Why a recovery failed. Messages carry no share bytes.
 #[derive(Debug, thiserror::Error)]
@@ -43,9 +47,44 @@ pub enum RecoveryError {
     /// The store.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Keys.
+    /// This node's operator does not allow the caller to recover now, or the allowance file
+    /// cannot be read or written.
     #[error(transparent)]
-    Keys(#[from] crate::matching::SetupError),
+    Allowance(#[from] AllowanceError),
+    /// The nonce was served before: every recovery draws a fresh one.
+    #[error("this recovery nonce was served already; a recovery draws a fresh nonce")]
+    NonceReused,
+    /// The higher helper got no pad secret from the lower one in time.
+    #[error("party {party} offered no recovery pad within {seconds} s (is it serving, and does its operator allow this recovery?)")]
+    NoPad {
+        /// The lower helper.
+        party: u8,
+        /// How long this node waited.
+        seconds: u64,
+    },
+    /// A pad offer from a party that is not the recovering party's lower helper, or to a node
+    /// that is not its higher helper.
+    #[error("a recovery pad is offered by the lower helper to the higher one only")]
+    NotLowHelper,
+    /// A pad offer whose secret has the wrong length.
+    #[error(transparent)]
+    PadSecret(#[from] PadSecretLengthError),
+    /// A second pad offer for a session whose first one waits.
+    #[error("a recovery pad for this session was offered already")]
+    PadOfferedTwice,
+    /// The higher helper refused the session's pad secret.
+    #[error("party {party} refused this session's recovery pad: {message}")]
+    PadRefused {
+        /// The higher helper.
+        party: u8,
+        /// Its status code.
+        code: tonic::Code,
+        /// Its status message.
+        message: String,
+    },
+    /// Too many pad offers wait for their sessions.
+    #[error("too many recovery pads are waiting for their sessions; retry in a minute")]
+    TooManyPadOffers,
     /// TLS files.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
@@ -57,6 +96,8 @@ pub enum RecoveryError {
     Peer {
         /// The helper.
         party: u8,
+        /// Its status code.
+        code: tonic::Code,
         /// Its status message.
         message: String,
     },
@@ -97,104 +138,8 @@ pub struct RecoverReport {
     pub seconds: f64,
 }
 
-/// Chunks a helper keeps queued ahead of the link (a few times 2.4 MB).
-const QUEUED_CHUNKS: usize = 4;
-
 /// Entries the recovering node combines and writes per store transaction (about 77 MB).
 const WRITE_ENTRIES: usize = 1024;
-
-/// The helper side: this node's masked contributions for `caller`, streamed in chunks as they
-/// are computed, so memory stays a few chunks whatever the database size. Holds the batch lock
-/// until the last chunk is handed over, so counters and entries belong to one state.
-///
-/// # Errors
-/// Bad nonce or a caller that is this node (before anything is sent); keys or store failures
-/// arrive as the stream's last item.
-pub async fn helper_stream(
-    state: Arc<NodeState>,
-    caller: u8,
-    request: &RecoverRequest,
-) -> Result<tokio::sync::mpsc::Receiver<Result<RecoverChunk, RecoveryError>>, RecoveryError> {
-    let nonce: [u8; 32] = request
-        .nonce
-        .as_slice()
-        .try_into()
-        .map_err(|_| RecoveryError::Nonce)?;
-    if caller == state.party {
-        return Err(RecoveryError::SelfRecovery);
-    }
-    let target = PartyId::try_from(caller).map_err(|_| RecoveryError::SelfRecovery)?;
-    let guard = state.apply_lock.clone().lock_owned().await;
-    let (tx, rx) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
-    tokio::task::spawn_blocking(move || {
-        let _guard = guard;
-        if let Err(e) = send_contributions(&state, target, &nonce, &tx) {
-            // The caller may be gone already; then nobody is left to tell.
-            let _ = tx.blocking_send(Err(e));
-        }
-    });
-    Ok(rx)
-}
-
-/// Computes and sends the chunks; stops early if the caller hangs up.
-fn send_contributions(
-    state: &NodeState,
-    target: PartyId,
-    nonce: &[u8; 32],
-    tx: &tokio::sync::mpsc::Sender<Result<RecoverChunk, RecoveryError>>,
-) -> Result<(), RecoveryError> {
-    let (me, secret, public) = crate::matching::node_x25519_keys(&state.config)?;
-    let other = third(me, target);
-    let seed = pad_seed(me, &secret, &public[other.index()], target, nonce);
-    let mut helper = Helper::new(me, target, &seed);
-    let meta = state.store.meta()?;
-    let last = match meta.last_applied_batch {
-        0 => None,
-        id => state.store.batch(id)?,
-    };
-    let shares = state.shares();
-    let db = shares.rows();
-    let total = db.len();
-    let mut first = true;
-    let mut start = 0;
-    loop {
-        let rows = start..(start + CHUNK_ENTRIES).min(total);
-        let mut contributions = Vec::with_capacity(rows.len() * PERSON_COEFS * 2);
-        for row in rows.clone() {
-            let parts = [
-                db.code(0, row),
-                db.mask(0, row),
-                db.code(1, row),
-                db.mask(1, row),
-            ];
-            for w in helper.contribute_parts(parts) {
-                contributions.extend_from_slice(&w.to_le_bytes());
-            }
-        }
-        let mut chunk = RecoverChunk {
-            last_applied_batch: meta.last_applied_batch,
-            next_serial_id: meta.next_serial,
-            serial_ids: db.serial_ids()[rows.clone()].to_vec(),
-            contributions,
-            total_entries: total as u64,
-            ..RecoverChunk::default()
-        };
-        if first {
-            if let Some(b) = &last {
-                chunk.last_batch_commit = b.commit.clone();
-                chunk.last_batch_results_digest = b.results_digest.to_vec();
-            }
-            first = false;
-        }
-        if tx.blocking_send(Ok(chunk)).is_err() {
-            return Ok(());
-        }
-        start = rows.end;
-        if start >= total {
-            return Ok(());
-        }
-    }
-}
 
 /// One helper's stream as the recovering node reads it: the state the first chunk announces,
 /// and the entries received but not yet combined.
@@ -223,6 +168,7 @@ impl Incoming {
             .client(party)
             .ok_or(RecoveryError::Peer {
                 party,
+                code: tonic::Code::NotFound,
                 message: "not configured".into(),
             })?
             .clone();
@@ -344,6 +290,7 @@ impl Incoming {
 fn peer_error(party: u8, status: &tonic::Status) -> RecoveryError {
     RecoveryError::Peer {
         party,
+        code: status.code(),
         message: status.message().to_owned(),
     }
 }

@@ -4,11 +4,16 @@
 //! Party `t`'s share of an element is `f(alpha_t)` for the degree-1 polynomial `f` whose values at
 //! the helpers' points they hold: `f(alpha_t) = l_h f(alpha_h) + l_o f(alpha_o)` with
 //! [`sdk_orb::shamir::lagrange_coefficient`]. Each helper sends its term masked by a pad drawn
-//! from a ChaCha12 stream both helpers key from their pairwise X25519 secret and a fresh nonce of
-//! the recovering node ([`pad_seed`]); the lower helper adds the pad, the higher subtracts it. The
-//! recovering node adds the two messages: the pads cancel and it holds exactly its own share.
-//! Each message alone is uniformly random (a uniform pad added to anything), so the recovering
-//! node learns nothing beyond its share, and the helpers receive nothing.
+//! from a ChaCha12 stream keyed by [`pad_seed`]; the lower helper adds the pad, the higher
+//! subtracts it. The recovering node adds the two messages: the pads cancel and it holds exactly
+//! its own share. Each message alone is uniformly random (a uniform pad added to anything), so
+//! the recovering node learns nothing beyond its share, and the helpers receive nothing.
+//!
+//! The seed binds a [`PadSecret`] the lower helper draws afresh for every session and hands the
+//! other helper, the recovering node's nonce, and the state the helpers serve
+//! ([`HelperState`]). The recovering node chooses the nonce, so a seed that depended on the nonce
+//! alone would repeat when it asked twice with one nonce, and the two answers' difference would
+//! be the helper's Lagrange term of the difference of two states' shares, unmasked.
 //!
 //! Both helpers must walk the same entries in the same order (serial-id order) and draw one
 //! 8-byte pad per ring element, in coefficient order: left code, left mask, right code, right
@@ -16,15 +21,19 @@
 
 use hkdf::Hkdf;
 use rand_chacha::ChaCha12Rng;
-use rand_core::{RngCore, SeedableRng};
+use rand_core::{CryptoRng, RngCore, SeedableRng};
 use sdk_orb::ring::GaloisRingElement;
 use sdk_orb::shamir::{lagrange_coefficient, PartyShares, EVALUATION_POINTS};
 use sdk_orb::PartyId;
 use sha2::Sha256;
 use zeroize::Zeroizing;
 
-/// HKDF info prefix of the helpers' pad seed: `|| target || low helper || high helper`.
-pub const PAD_INFO: &[u8] = b"ocelli/recovery-pad/v1";
+/// HKDF info prefix of the helpers' pad seed: `|| target || low helper || high helper ||
+/// last applied batch || next serial id` (the counters big-endian u64).
+pub const PAD_INFO: &[u8] = b"ocelli/recovery-pad/v2";
+
+/// Bytes of a [`PadSecret`].
+pub const PAD_SECRET_BYTES: usize = 32;
 
 /// u16 coefficients of one person's shares (both eyes, code and trimmed mask).
 pub const PERSON_COEFS: usize = 2 * (sdk_orb::CODE_COEFS + sdk_orb::MASK_COEFS);
@@ -38,26 +47,86 @@ pub fn third(a: PartyId, b: PartyId) -> PartyId {
     PartyId::ALL[3 - a.index() - b.index()]
 }
 
-/// The pad seed helper `me` shares with the other helper for recovering `target`: HKDF-SHA256
-/// with their X25519 shared secret as input key material, the recovering node's 32-byte nonce
-/// as salt, and [`PAD_INFO`]` || target || low helper || high helper` as info.
-///
-/// # Panics
-/// If `me` is `target`.
+/// The two helpers of `target`, lower party first: the first draws the session's
+/// [`PadSecret`] and adds the pad.
+pub fn helpers_of(target: PartyId) -> (PartyId, PartyId) {
+    let [p0, p1, p2] = PartyId::ALL;
+    match target.index() {
+        0 => (p1, p2),
+        1 => (p0, p2),
+        _ => (p0, p1),
+    }
+}
+
+/// The fresh randomness of one recovery session, drawn by the lower helper and known to the two
+/// helpers only. Zeroized on drop; `Debug` hides it.
+pub struct PadSecret(Zeroizing<[u8; PAD_SECRET_BYTES]>);
+
+impl core::fmt::Debug for PadSecret {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PadSecret").finish_non_exhaustive()
+    }
+}
+
+impl PadSecret {
+    /// A fresh secret from `rng`.
+    pub fn random(rng: &mut (impl CryptoRng + RngCore)) -> PadSecret {
+        let mut bytes = Zeroizing::new([0u8; PAD_SECRET_BYTES]);
+        rng.fill_bytes(bytes.as_mut());
+        PadSecret(bytes)
+    }
+
+    /// The bytes, to hand to the other helper over an authenticated, encrypted link only.
+    pub fn to_bytes(&self) -> Zeroizing<[u8; PAD_SECRET_BYTES]> {
+        self.0.clone()
+    }
+}
+
+/// A [`PadSecret`] of the wrong length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a recovery pad secret is {PAD_SECRET_BYTES} bytes, not {0}")]
+pub struct PadSecretLengthError(pub usize);
+
+impl TryFrom<&[u8]> for PadSecret {
+    type Error = PadSecretLengthError;
+    fn try_from(bytes: &[u8]) -> Result<Self, Self::Error> {
+        if bytes.len() != PAD_SECRET_BYTES {
+            return Err(PadSecretLengthError(bytes.len()));
+        }
+        let mut out = Zeroizing::new([0u8; PAD_SECRET_BYTES]);
+        out.copy_from_slice(bytes);
+        Ok(PadSecret(out))
+    }
+}
+
+/// The state a helper serves in a recovery session: its counters. Both helpers must serve the
+/// same one for their pads to cancel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HelperState {
+    /// The last batch applied.
+    pub last_applied_batch: u64,
+    /// The serial id the next enrolment gets.
+    pub next_serial_id: u64,
+}
+
+/// The pad seed of the helpers of `target` for one session: HKDF-SHA256 with the session's
+/// `secret` as input key material, the recovering node's `nonce` as salt, and [`PAD_INFO`]` ||
+/// target || low helper || high helper || last applied batch || next serial id` as info.
 pub fn pad_seed(
-    me: PartyId,
-    my_secret: &x25519_dalek::StaticSecret,
-    other_public: &x25519_dalek::PublicKey,
     target: PartyId,
+    secret: &PadSecret,
     nonce: &[u8; 32],
+    state: HelperState,
 ) -> Zeroizing<[u8; 32]> {
-    let other = third(me, target);
-    let shared = my_secret.diffie_hellman(other_public);
-    let hk = Hkdf::<Sha256>::new(Some(nonce), shared.as_bytes());
-    let (low, high) = if me < other { (me, other) } else { (other, me) };
-    let mut info = [0u8; PAD_INFO.len() + 3];
-    info[..PAD_INFO.len()].copy_from_slice(PAD_INFO);
-    info[PAD_INFO.len()..].copy_from_slice(&[target.get(), low.get(), high.get()]);
+    let (low, high) = helpers_of(target);
+    let hk = Hkdf::<Sha256>::new(Some(nonce), secret.0.as_ref());
+    let mut info = [0u8; PAD_INFO.len() + 3 + 16];
+    let (prefix, rest) = info.split_at_mut(PAD_INFO.len());
+    prefix.copy_from_slice(PAD_INFO);
+    let (parties, counters) = rest.split_at_mut(3);
+    parties.copy_from_slice(&[target.get(), low.get(), high.get()]);
+    counters[..8].copy_from_slice(&state.last_applied_batch.to_be_bytes());
+    counters[8..].copy_from_slice(&state.next_serial_id.to_be_bytes());
     let mut seed = Zeroizing::new([0u8; 32]);
     hk.expand(&info, seed.as_mut())
         .expect("32 bytes is a valid HKDF-SHA256 output length");
@@ -79,7 +148,7 @@ impl core::fmt::Debug for Helper {
 }
 
 impl Helper {
-    /// Helper `me` recovering `target`'s shares, with the seed from [`pad_seed`].
+    /// Helper `me` recovering `target`'s shares, with the session's seed from [`pad_seed`].
     ///
     /// # Panics
     /// If `me` is `target`.

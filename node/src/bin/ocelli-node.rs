@@ -1,5 +1,5 @@
 //! `ocelli-node`: `keygen`, `serve`, `demo`, `local-cluster`, `submit`,
-//! `bench`, `migrate-store`. Only parses arguments and config and sets up logging; everything
+//! `bench`, `migrate-store`, `allow-recovery`, `recover`. Only parses arguments and config and sets up logging; everything
 //! else lives in the library.
 
 #![forbid(unsafe_code)]
@@ -137,10 +137,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Recover this node's lost store from the two other nodes (which must be running): its
-    /// shares (each helper sends a masked Lagrange term; only this node learns its share),
-    /// the enrolled serial ids and the counters. The store must be empty; run with the node
-    /// stopped, then start it with `serve`.
+    /// Allow another node to recover its lost store from this one: writes an allowance into
+    /// this node's data directory, read by the running node at every recovery call. Run it on
+    /// both helpers before `recover` on the lost node. Replaces an earlier allowance; deleting
+    /// the file revokes it.
+    AllowRecovery {
+        /// This node's TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// The party that lost its store.
+        #[arg(long)]
+        party: u8,
+        /// How long the allowance lasts (at most a day).
+        #[arg(long)]
+        minutes: u64,
+        /// Recovery sessions it allows (a recovery takes one; a failed one another).
+        #[arg(long, default_value_t = 1)]
+        sessions: u32,
+    },
+    /// Recover this node's lost store from the two other nodes (which must be running, each
+    /// with an allowance from `allow-recovery`): its shares (each helper sends a masked
+    /// Lagrange term; only this node learns its share), the enrolled serial ids and the
+    /// counters. The store must be empty; run with the node stopped, then start it with `serve`.
     Recover {
         /// The node's TOML config file.
         #[arg(long)]
@@ -413,6 +431,18 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::AllowRecovery {
+            config,
+            party,
+            minutes,
+            sessions,
+        } => match allow_recovery(&config, party, minutes, sessions) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("allow-recovery failed: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Recover { config } => run_async(recover(config)),
         Command::Serve { config, json_logs } => {
             init_logging(json_logs);
@@ -508,6 +538,26 @@ async fn submit(
         "serial_id": (result.serial_id != 0).then_some(result.serial_id),
         "detail": result.detail,
         "batch_id": result.batch_id,
+    });
+    println!("{out}");
+    Ok(())
+}
+
+fn allow_recovery(
+    path: &std::path::Path,
+    party: u8,
+    minutes: u64,
+    sessions: u32,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = NodeConfig::load(path)?;
+    let valid_for = std::time::Duration::from_secs(minutes.saturating_mul(60));
+    let a = ocelli_node::recovery::allow_recovery(&cfg, party, valid_for, sessions)?;
+    let out = serde_json::json!({
+        "party": cfg.party_id,
+        "allowed_party": a.party,
+        "expires_unix_ms": a.expires_ms,
+        "sessions": a.sessions,
+        "file": ocelli_node::recovery::allowance::allowance_path(&cfg),
     });
     println!("{out}");
     Ok(())

@@ -9,13 +9,14 @@ use futures::Stream;
 use shared_proto::v1::peer_service_server::PeerService;
 use shared_proto::v1::{
     BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote,
-    FetchBatchRequest, RecoverChunk, RecoverRequest,
+    FetchBatchRequest, RecoverChunk, RecoverRequest, RecoveryPadAck, RecoveryPadOffer,
 };
 use tonic::{Request, Response, Status};
 
 use crate::agreement::{apply_commit, coordinator, evaluate_commit};
 use crate::batch::ApplyError;
 use crate::node::NodeState;
+use crate::recovery::RecoveryError;
 use crate::tls::PeerCerts;
 
 /// `PeerService` over one node state.
@@ -151,7 +152,7 @@ impl PeerService for PeerApi {
             .await
             .map_err(|e| {
                 tracing::warn!(party, error = %e, "recovery request refused");
-                Status::failed_precondition(e.to_string())
+                recovery_status(e)
             })?;
         tracing::info!(party, "streaming masked recovery contributions");
         let stream = tokio_stream::StreamExt::map(
@@ -165,4 +166,38 @@ impl PeerService for PeerApi {
         );
         Ok(Response::new(Box::pin(stream)))
     }
+
+    async fn share_recovery_pad(
+        &self,
+        request: Request<RecoveryPadOffer>,
+    ) -> Result<Response<RecoveryPadAck>, Status> {
+        let from = self.caller(&request)?;
+        let target = request.get_ref().target_party;
+        crate::recovery::accept_pad(&self.state, from, request.get_ref()).map_err(|e| {
+            tracing::warn!(from, target, error = %e, "recovery pad refused");
+            recovery_status(e)
+        })?;
+        Ok(Response::new(RecoveryPadAck {}))
+    }
+}
+
+/// A helper's refusal as the caller reads it. A file or store failure names no path.
+fn recovery_status(e: RecoveryError) -> Status {
+    use tonic::Code;
+    let code = match &e {
+        RecoveryError::Allowance(a) if a.is_refusal() => Code::PermissionDenied,
+        RecoveryError::Allowance(_) => {
+            return Status::internal("this node's recovery allowance cannot be read or written")
+        }
+        RecoveryError::SelfRecovery | RecoveryError::NotLowHelper => Code::PermissionDenied,
+        RecoveryError::Nonce | RecoveryError::PadSecret(_) => Code::InvalidArgument,
+        RecoveryError::NonceReused
+        | RecoveryError::NoPad { .. }
+        | RecoveryError::PadOfferedTwice => Code::FailedPrecondition,
+        RecoveryError::TooManyPadOffers => Code::ResourceExhausted,
+        // The other helper's refusal, passed on with its code.
+        RecoveryError::PadRefused { code, .. } => *code,
+        _ => return Status::internal("recovery failed on this node"),
+    };
+    Status::new(code, e.to_string())
 }

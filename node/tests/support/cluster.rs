@@ -300,6 +300,20 @@ impl Cluster {
         s0
     }
 
+    /// What the operators of `party`'s two helpers run before it recovers
+    /// (`ocelli-node allow-recovery --party PARTY --minutes 10 --sessions SESSIONS`).
+    pub fn allow_recovery(&self, party: u8, sessions: u32) -> Res {
+        for helper in (0..3).filter(|&h| h != party) {
+            ocelli_node::recovery::allow_recovery(
+                &self.configs[helper as usize],
+                party,
+                Duration::from_secs(600),
+                sessions,
+            )?;
+        }
+        Ok(())
+    }
+
     /// Waits until no node has pending requests.
     pub async fn wait_drained(&self, timeout: Duration) -> Res {
         let deadline = Instant::now() + timeout;

@@ -5,28 +5,23 @@ use rand_chacha::ChaCha20Rng;
 use sdk_orb::plaintext::masked_value;
 use sdk_orb::shamir::{code_coefs, hazmat_share_with_randomness};
 
-fn keys(rng: &mut ChaCha20Rng) -> Vec<(x25519_dalek::StaticSecret, x25519_dalek::PublicKey)> {
-    (0..3)
-        .map(|_| {
-            let mut b = [0u8; 32];
-            rng.fill_bytes(&mut b);
-            let s = x25519_dalek::StaticSecret::from(b);
-            let p = x25519_dalek::PublicKey::from(&s);
-            (s, p)
-        })
-        .collect()
-}
+const STATE: HelperState = HelperState {
+    last_applied_batch: 7,
+    next_serial_id: 12,
+};
 
-/// The two helpers of `target` with their pad seeds for `nonce`, derived each from its own key.
+/// The two helpers of `target` for one session, each keyed by its own call to [`pad_seed`].
 fn helpers(
-    k: &[(x25519_dalek::StaticSecret, x25519_dalek::PublicKey)],
     target: PartyId,
+    secret: &PadSecret,
     nonce: &[u8; 32],
+    state: HelperState,
 ) -> [(PartyId, Helper); 2] {
-    let hs: Vec<PartyId> = PartyId::ALL.into_iter().filter(|&p| p != target).collect();
-    let (a, b) = (hs[0], hs[1]);
-    let sa = pad_seed(a, &k[a.index()].0, &k[b.index()].1, target, nonce);
-    let sb = pad_seed(b, &k[b.index()].0, &k[a.index()].1, target, nonce);
+    let (a, b) = helpers_of(target);
+    let sa = pad_seed(target, secret, nonce, state);
+    // The other helper holds the secret as it arrived over the link.
+    let received = PadSecret::try_from(&secret.to_bytes()[..]).expect("32 bytes");
+    let sb = pad_seed(target, &received, nonce, state);
     assert_eq!(*sa, *sb, "both helpers derive the same seed");
     [
         (a, Helper::new(a, target, &sa)),
@@ -34,20 +29,20 @@ fn helpers(
     ]
 }
 
+fn person(rng: &mut ChaCha20Rng) -> Vec<PartyShares> {
+    let (l, r) = (synthetic::eye(rng), synthetic::eye(rng));
+    synthetic::share_person(rng, &l, &r)
+}
+
 #[test]
 fn the_helpers_messages_add_up_to_the_lost_share_of_every_party() {
     let mut rng = ChaCha20Rng::seed_from_u64(61);
-    let k = keys(&mut rng);
-    let people: Vec<Vec<PartyShares>> = (0..3)
-        .map(|_| {
-            let (l, r) = (synthetic::eye(&mut rng), synthetic::eye(&mut rng));
-            synthetic::share_person(&mut rng, &l, &r)
-        })
-        .collect();
+    let people: Vec<Vec<PartyShares>> = (0..3).map(|_| person(&mut rng)).collect();
     for target in PartyId::ALL {
         let mut nonce = [0u8; 32];
         rng.fill_bytes(&mut nonce);
-        let [(a, mut ha), (b, mut hb)] = helpers(&k, target, &nonce);
+        let secret = PadSecret::random(&mut rng);
+        let [(a, mut ha), (b, mut hb)] = helpers(target, &secret, &nonce, STATE);
         for person in &people {
             let ma = ha.contribute_person(&person[a.index()]);
             let mb = hb.contribute_person(&person[b.index()]);
@@ -60,17 +55,74 @@ fn the_helpers_messages_add_up_to_the_lost_share_of_every_party() {
 }
 
 #[test]
-fn a_different_nonce_or_helper_key_gives_other_pads() {
+fn a_different_nonce_secret_or_state_gives_another_seed() {
     let mut rng = ChaCha20Rng::seed_from_u64(62);
-    let k = keys(&mut rng);
     let t = PartyId::ALL[1];
-    let (a, b) = (PartyId::ALL[0], PartyId::ALL[2]);
-    let s1 = pad_seed(a, &k[0].0, &k[2].1, t, &[1; 32]);
-    let s2 = pad_seed(a, &k[0].0, &k[2].1, t, &[2; 32]);
-    let s3 = pad_seed(a, &k[0].0, &k[1].1, t, &[1; 32]);
-    assert_ne!(*s1, *s2);
-    assert_ne!(*s1, *s3);
-    assert_eq!(*s1, *pad_seed(b, &k[2].0, &k[0].1, t, &[1; 32]));
+    let secret = PadSecret::random(&mut rng);
+    let other_secret = PadSecret::random(&mut rng);
+    let seed = |secret: &PadSecret, nonce: u8, state: HelperState| {
+        *pad_seed(t, secret, &[nonce; 32], state)
+    };
+    let s = seed(&secret, 1, STATE);
+    assert_ne!(s, seed(&secret, 2, STATE));
+    assert_ne!(s, seed(&other_secret, 1, STATE));
+    for state in [
+        HelperState {
+            last_applied_batch: STATE.last_applied_batch + 1,
+            ..STATE
+        },
+        HelperState {
+            next_serial_id: STATE.next_serial_id + 1,
+            ..STATE
+        },
+    ] {
+        assert_ne!(s, seed(&secret, 1, state));
+    }
+    assert_ne!(s, *pad_seed(PartyId::ALL[0], &secret, &[1; 32], STATE));
+}
+
+/// What a recovering node that asks twice with one nonce could subtract: the lower helper's
+/// messages for one share in two sessions. With a fresh secret, or the state moved on, their
+/// difference is not zero (the pads differ), while each session still adds up to the share.
+#[test]
+fn sessions_with_one_nonce_pad_differently_and_each_still_cancels() {
+    let mut rng = ChaCha20Rng::seed_from_u64(64);
+    let people: Vec<Vec<PartyShares>> = (0..2).map(|_| person(&mut rng)).collect();
+    let target = PartyId::ALL[2];
+    let nonce = [0x5a; 32];
+    let secret = PadSecret::random(&mut rng);
+    let moved_on = HelperState {
+        last_applied_batch: STATE.last_applied_batch + 1,
+        next_serial_id: STATE.next_serial_id,
+    };
+    let sessions = [
+        (
+            PadSecret::try_from(&secret.to_bytes()[..]).expect("32 bytes"),
+            STATE,
+        ),
+        (PadSecret::random(&mut rng), STATE),
+        (secret, moved_on),
+    ];
+    let mut low_messages = Vec::new();
+    for (secret, state) in &sessions {
+        let [(a, mut ha), (b, mut hb)] = helpers(target, secret, &nonce, *state);
+        let mut messages = Vec::new();
+        for p in &people {
+            let ma = ha.contribute_person(&p[a.index()]);
+            let mb = hb.contribute_person(&p[b.index()]);
+            assert!(combine_person(&ma, &mb) == p[target.index()]);
+            messages.push(ma);
+        }
+        low_messages.push(messages);
+    }
+    let (first, others) = low_messages.split_first().expect("three sessions");
+    for other in others {
+        for (x, y) in first.iter().zip(other) {
+            let differing = x.iter().zip(y).filter(|(u, v)| u != v).count();
+            // Equal pads would make every word equal; independent ones leave a 2^-16 chance each.
+            assert!(differing > PERSON_COEFS * 99 / 100, "{differing}");
+        }
+    }
 }
 
 fn le_bytes(words: &[u16]) -> Vec<u8> {
@@ -112,7 +164,6 @@ fn constant_person() -> Vec<PartyShares> {
 #[test]
 fn every_message_the_recovering_node_receives_is_uniform_for_a_fixed_secret() {
     let mut rng = ChaCha20Rng::seed_from_u64(63);
-    let k = keys(&mut rng);
     let person = constant_person();
     // The control: the unmasked Lagrange term is far from uniform, so the statistic can fail.
     let mut unmasked = vec![0u16; sdk_orb::CODE_COEFS];
@@ -132,7 +183,8 @@ fn every_message_the_recovering_node_receives_is_uniform_for_a_fixed_secret() {
         for session in 0..4 {
             let mut nonce = [0u8; 32];
             rng.fill_bytes(&mut nonce);
-            let [(a, mut ha), (b, mut hb)] = helpers(&k, target, &nonce);
+            let secret = PadSecret::random(&mut rng);
+            let [(a, mut ha), (b, mut hb)] = helpers(target, &secret, &nonce, STATE);
             // Several people in one session: the pad stream runs on, never repeating.
             for _ in 0..2 {
                 for (h, from) in [(&mut ha, a), (&mut hb, b)] {
