@@ -127,10 +127,6 @@ pub struct KeysConfig {
     pub result_signing: PathBuf,
     /// File with one allowed orb Ed25519 verifying key (hex) per line.
     pub orb_allow_list: PathBuf,
-    /// The three nodes' X25519 public keys (the 96-byte bundle `keygen` writes);
-    /// the matching pipeline derives its pairwise PRF seeds from them.
-    #[serde(default)]
-    pub node_public_keys: Option<PathBuf>,
 }
 
 /// The matching pipeline; identical on the three nodes.
@@ -201,6 +197,11 @@ pub struct PeerConfig {
     /// (catch-up and replay are refused).
     #[serde(default)]
     pub result_key: Option<PathBuf>,
+    /// Its result verifying keys before a rotation (hex), still accepted on its attestations:
+    /// batches it signed before switching keys, replayed to a node that is behind, verify
+    /// with them. Removed once every node has applied a batch signed with the new key.
+    #[serde(default)]
+    pub previous_result_keys: Vec<PathBuf>,
 }
 
 /// Envelope intake limits.
@@ -440,11 +441,11 @@ impl NodeConfig {
         }
         fix(&mut self.keys.result_signing);
         fix(&mut self.keys.orb_allow_list);
-        if let Some(p) = &mut self.keys.node_public_keys {
-            fix(p);
-        }
         for p in &mut self.peers {
             fix(&mut p.cert);
+            for k in &mut p.previous_result_keys {
+                fix(k);
+            }
             if let Some(k) = &mut p.result_key {
                 fix(k);
             }
@@ -509,9 +510,6 @@ impl NodeConfig {
         if self.store.pool_size == 0 {
             return bad("store.pool_size must be at least 1");
         }
-        if self.matching.enabled && self.keys.node_public_keys.is_none() {
-            return bad("keys.node_public_keys is required when matching is enabled");
-        }
         Ok(())
     }
 
@@ -573,7 +571,6 @@ key = "k.pem"
 hpke_secret = "h"
 result_signing = "r"
 orb_allow_list = "o"
-node_public_keys = "n.bin"
 [[peers]]
 party_id = 0
 address = "127.0.0.1:4"
@@ -592,15 +589,9 @@ cert = "p2.pem"
         c.resolve_paths(Path::new("/etc/ocelli"));
         assert_eq!(c.tls.ca, Path::new("/etc/ocelli/ca.pem"));
         c.validate()?;
-        assert_eq!(
-            c.keys.node_public_keys.as_deref(),
-            Some(Path::new("/etc/ocelli/n.bin"))
-        );
         assert!(c.matching.enabled);
         c.apply_env(|k| (k == "OCELLI_MATCHING_PRIVACY_MAX").then(|| "true".to_owned()))?;
         assert!(c.matching.privacy_max);
-        c.keys.node_public_keys = None;
-        assert!(c.validate().is_err(), "matching needs the node public keys");
         c.matching.enabled = false;
         c.validate()?;
         assert!(c.store.url.is_none(), "redb by default");

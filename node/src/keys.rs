@@ -328,8 +328,7 @@ pub fn sample_config(party: u8, base: u16) -> String {
          gateways = [\"gateway0/tls.pem\", \"gateway1/tls.pem\"]\n\
          results_consumers = [\"results-consumer/tls.pem\"]\n\n\
          [keys]\nhpke_secret = \"party{party}/hpke.key\"\n\
-         result_signing = \"party{party}/result-signing.key\"\norb_allow_list = \"orb-allow-list.txt\"\n\
-         node_public_keys = \"node-public-keys.bin\"\n",
+         result_signing = \"party{party}/result-signing.key\"\norb_allow_list = \"orb-allow-list.txt\"\n",
         port(0, party),
         port(10, party),
         port(20, party)

@@ -9,7 +9,6 @@
 //! was before the batch; the opened bits are turned into outcomes the same way
 //! on all three nodes.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use ocelli_mpc::network::ChannelTransport;
@@ -26,7 +25,6 @@ use zeroize::Zeroizing;
 
 use crate::batch::{BatchEvaluator, EvalContext, EvalError, EvalRequest, NotEvaluated, Outcome};
 use crate::config::NodeConfig;
-use crate::keys::KeyError;
 use crate::links::MpcLink;
 use crate::shares::ShareDb;
 
@@ -39,36 +37,6 @@ pub enum SetupError {
     /// The configured party id is not 0, 1 or 2.
     #[error("{0}")]
     Party(sdk_orb::InvalidPartyId),
-    /// The node's X25519 key.
-    #[error(transparent)]
-    Key(#[from] KeyError),
-    /// Matching needs the bundle of the three nodes' X25519 keys.
-    #[error("keys.node_public_keys is required for matching")]
-    NoBundle,
-    /// The bundle cannot be read.
-    #[error("{path}: {source}")]
-    BundleIo {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The bundle is not three X25519 keys.
-    #[error("{path}: {len} bytes, expected 96 (three X25519 keys)")]
-    BundleSize {
-        /// The file.
-        path: PathBuf,
-        /// Its size.
-        len: usize,
-    },
-    /// The bundle's entry for this node is not this node's key.
-    #[error("{path}: entry {party} is not this node's public key")]
-    NotThisNode {
-        /// The file.
-        path: PathBuf,
-        /// This node's party id.
-        party: usize,
-    },
     /// The dot-product engine.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -87,56 +55,6 @@ pub fn evaluator_for(
     } else {
         Ok(std::sync::Arc::new(NotEvaluated))
     }
-}
-
-/// This node's party id, its static X25519 secret (the HPKE key) and the three nodes' public
-/// keys from the bundle, checked to contain this node's key: the pairwise secrets of the MPC
-/// seeds and of the recovery pads.
-///
-/// # Errors
-/// Unreadable key files, a bundle of the wrong size, or a node key that does not match its
-/// entry in the bundle.
-pub fn node_x25519_keys(
-    config: &NodeConfig,
-) -> Result<
-    (
-        PartyId,
-        x25519_dalek::StaticSecret,
-        [x25519_dalek::PublicKey; 3],
-    ),
-    SetupError,
-> {
-    let party = PartyId::try_from(config.party_id).map_err(SetupError::Party)?;
-    let secret_bytes = crate::keys::read_key32(&config.keys.hpke_secret)?;
-    let secret = x25519_dalek::StaticSecret::from(*secret_bytes);
-    let bundle_path = config
-        .keys
-        .node_public_keys
-        .as_ref()
-        .ok_or(SetupError::NoBundle)?;
-    let bundle = std::fs::read(bundle_path).map_err(|source| SetupError::BundleIo {
-        path: bundle_path.clone(),
-        source,
-    })?;
-    let bundle: [u8; 96] = bundle
-        .as_slice()
-        .try_into()
-        .map_err(|_| SetupError::BundleSize {
-            path: bundle_path.clone(),
-            len: bundle.len(),
-        })?;
-    let public: [x25519_dalek::PublicKey; 3] = core::array::from_fn(|i| {
-        let mut k = [0u8; 32];
-        k.copy_from_slice(&bundle[32 * i..32 * (i + 1)]);
-        x25519_dalek::PublicKey::from(k)
-    });
-    if x25519_dalek::PublicKey::from(&secret) != public[party.index()] {
-        return Err(SetupError::NotThisNode {
-            path: bundle_path.clone(),
-            party: party.index(),
-        });
-    }
-    Ok((party, secret, public))
 }
 
 /// The three-party matching pipeline as a batch evaluator.

@@ -82,9 +82,9 @@ pub struct NodeState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) intake: IntakePolicy,
     pub(crate) signer: ResultSigner,
-    /// The peers' pinned result verifying keys, by party: what their batch attestations are
-    /// checked against.
-    pub(crate) peer_result_keys: std::collections::HashMap<u8, ed25519_dalek::VerifyingKey>,
+    /// The peers' pinned result verifying keys, by party, the current one first and then those
+    /// before a rotation: what their batch attestations are checked against.
+    pub(crate) peer_result_keys: std::collections::HashMap<u8, Vec<ed25519_dalek::VerifyingKey>>,
     pub(crate) metrics: Metrics,
     pub(crate) evaluator: Arc<dyn BatchEvaluator>,
     /// Pending requests whose payload this node could not open when it started (sealed to
@@ -147,14 +147,21 @@ impl NodeState {
         let signer = ResultSigner::from_seed(&sign, party);
         let mut peer_result_keys = std::collections::HashMap::new();
         for p in &config.peers {
-            if let Some(path) = &p.result_key {
-                let key = ed25519_dalek::VerifyingKey::from_bytes(&*keys::read_key32(path)?)
-                    .map_err(|_| keys::KeyError::Format {
-                        path: path.clone(),
-                        what: "not an Ed25519 verifying key",
-                    })?;
-                peer_result_keys.insert(p.party_id, key);
-            }
+            let Some(current) = &p.result_key else {
+                continue;
+            };
+            let accepted = std::iter::once(current)
+                .chain(&p.previous_result_keys)
+                .map(|path| {
+                    ed25519_dalek::VerifyingKey::from_bytes(&*keys::read_key32(path)?).map_err(
+                        |_| keys::KeyError::Format {
+                            path: path.clone(),
+                            what: "not an Ed25519 verifying key",
+                        },
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            peer_result_keys.insert(p.party_id, accepted);
         }
         let metrics = Metrics::new(party);
 

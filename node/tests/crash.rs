@@ -110,7 +110,7 @@ fn write_config(
         "party_id = {party}\ndata_dir = \"{}\"\n[listen]\norb = \"127.0.0.1:{o}\"\npeer = \"127.0.0.1:{p}\"\nmetrics = \"127.0.0.1:{m}\"\n\
          [tls]\nca = \"{k}/ca.pem\"\ncert = \"{k}/party{party}/tls.pem\"\nkey = \"{k}/party{party}/tls.key.pem\"\ngateways = [\"{k}/gateway0/tls.pem\"]\n\
          [keys]\nhpke_secret = \"{k}/party{party}/hpke.key\"\nresult_signing = \"{k}/party{party}/result-signing.key\"\n\
-         orb_allow_list = \"{k}/orb-allow-list.txt\"\nnode_public_keys = \"{k}/node-public-keys.bin\"\n[batch]\ninterval_ms = 20\nrequest_timeout_ms = 60000\npeer_rpc_timeout_ms = 1000\ncommit_timeout_ms = 30000\n[matching]\nround_timeout_ms = 10000\n",
+         orb_allow_list = \"{k}/orb-allow-list.txt\"\n[batch]\ninterval_ms = 20\nrequest_timeout_ms = 60000\npeer_rpc_timeout_ms = 1000\ncommit_timeout_ms = 30000\n[matching]\nround_timeout_ms = 10000\n",
         dir.join(format!("data{party}")).display(),
         k = keys.display()
     );

@@ -1040,3 +1040,70 @@ async fn peers_refuse_unfounded_time_outs() -> Res {
     c.stop_all().await?;
     Ok(())
 }
+
+/// The result-key rotation of docs/operations.md, on party 0, while party 2 is down after
+/// attesting batch 1 that the other two applied: party 1's operator pins party 0's new
+/// verifying key, keeping the old one as `previous_result_keys`, and restarts; party 2's
+/// operator does the same while it is down; party 0 switches to the new key and restarts.
+/// Party 2 then comes back and catches up on batch 1 (logged under party 0's old key), the
+/// next batch is attested under the new key, and the three stores agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_key_rotation_keeps_batches_and_catch_up() -> Res {
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.batch.request_timeout_ms = 2_000
+    })
+    .await?;
+    let missed = party2_misses_finalisation(&mut c).await?;
+    let old_key = c.state(0).result_verifying_key();
+
+    let seed: [u8; 32] = rand::random();
+    let new_key = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key();
+    let dir = c.dir.path().join("rotated-result-key");
+    std::fs::create_dir_all(&dir)?;
+    let (secret, public) = (
+        dir.join("result-signing.key"),
+        dir.join("result-verifying.pub"),
+    );
+    std::fs::write(&secret, hex::encode(seed))?;
+    std::fs::write(&public, hex::encode(new_key.to_bytes()))?;
+    for peer in [1, 2] {
+        let pinned = c.configs[peer]
+            .peers
+            .iter_mut()
+            .find(|p| p.party_id == 0)
+            .ok_or("party 0 not configured")?;
+        let old = pinned.result_key.replace(public.clone()).ok_or("no key")?;
+        pinned.previous_result_keys = vec![old];
+    }
+    c.restart_node(1).await?;
+    c.configs[0].keys.result_signing = secret;
+    c.restart_node(0).await?;
+    assert_eq!(c.state(0).result_verifying_key(), new_key);
+
+    c.restart_node(2).await?;
+    let next = c.envelope();
+    submit_everywhere(&c, &next).await?;
+    c.wait_drained(Duration::from_secs(30)).await?;
+    let before = [
+        old_key,
+        c.state(1).result_verifying_key(),
+        c.state(2).result_verifying_key(),
+    ];
+    let r = agree(
+        &results_of(&c, &id_of(&missed)?).await?,
+        &before,
+        &id_of(&missed)?,
+    )?;
+    assert_eq!(
+        ResultStatus::try_from(r.status)?,
+        ResultStatus::UniqueEnrolled
+    );
+    assert_eq!(
+        agreed_status(&c, &id_of(&next)?).await?,
+        ResultStatus::UniqueEnrolled
+    );
+    assert_eq!(c.state(2).store().meta()?.last_applied_batch, 2);
+    c.assert_stores_agree();
+    c.stop_all().await?;
+    Ok(())
+}

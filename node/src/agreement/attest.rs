@@ -89,8 +89,8 @@ pub(crate) fn sign(state: &NodeState, digest: &[u8; 32]) -> BatchSignature {
     }
 }
 
-/// Whether `sig` is a valid attestation of `digest` by a party other than this node, by that
-/// party's pinned key.
+/// Whether `sig` is a valid attestation of `digest` by a party other than this node, by one of
+/// that party's pinned keys (its current one, or one from before a rotation).
 pub(crate) fn valid_peer_signature(
     state: &NodeState,
     sig: &BatchSignature,
@@ -99,14 +99,15 @@ pub(crate) fn valid_peer_signature(
     let Ok(party) = u8::try_from(sig.party_id) else {
         return false;
     };
-    let Some(key) = state.peer_result_keys.get(&party) else {
+    let Some(keys) = state.peer_result_keys.get(&party) else {
         return false;
     };
     let Ok(s) = ed25519_dalek::Signature::from_slice(&sig.signature) else {
         return false;
     };
-    key.verify_strict(&batch_signing_message(party, digest), &s)
-        .is_ok()
+    let message = batch_signing_message(party, digest);
+    keys.iter()
+        .any(|key| key.verify_strict(&message, &s).is_ok())
 }
 
 /// The valid attestations of `digest` by both other parties, or the first party whose is

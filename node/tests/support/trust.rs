@@ -143,8 +143,8 @@ pub async fn party0_batches(c: &mut Cluster, run: bool) -> Res {
     c.restart_node(0).await
 }
 
-/// Rotates `party`'s HPKE key as docs/operations.md says: publishes the new key bundle (the
-/// `node-public-keys.bin` the configs name), sets the new key with the old one as
+/// Rotates `party`'s HPKE key as docs/operations.md says: publishes the new key bundle to orbs
+/// (`keygen`'s `node-public-keys.bin`), sets the new key with the old one as
 /// `hpke_previous_secret` if `keep`, and restarts the node alone. Returns the bundle orbs seal
 /// to from now on.
 pub async fn rotate_hpke(c: &mut Cluster, party: usize, keep: bool) -> Res<NodePublicKeys> {
@@ -153,9 +153,7 @@ pub async fn rotate_hpke(c: &mut Cluster, party: usize, keep: bool) -> Res<NodeP
     std::fs::write(&path, hex::encode(*new.to_bytes()))?;
     let mut bundle = c.node_keys.to_bytes();
     bundle[32 * party..32 * (party + 1)].copy_from_slice(&new.public_key().to_bytes());
-    if let Some(published) = &c.configs[party].keys.node_public_keys {
-        std::fs::write(published, bundle)?;
-    }
+    std::fs::write(c.keys.public_keys(), bundle)?;
     let old = std::mem::replace(&mut c.configs[party].keys.hpke_secret, path);
     c.configs[party].keys.hpke_previous_secret = keep.then_some(old);
     c.restart_node(party).await?;
