@@ -14,6 +14,11 @@ struct Entry {
     digest: EnvelopeDigest,
     received_ms: u64,
     reserved: Option<u64>,
+    /// A peer voted it missing in the last proposal that named it: it waits behind requests
+    /// the peers hold.
+    unacknowledged: bool,
+    /// Proposals a peer voted it missing in: among such requests, the least proposed go first.
+    missing_votes: u32,
     /// Opened at intake, so evaluating and applying the request need not open its envelope
     /// again; zeroized when the request leaves the queue.
     opened: Option<StoredShares>,
@@ -74,6 +79,8 @@ impl PendingQueue {
                 digest,
                 received_ms,
                 reserved: None,
+                unacknowledged: false,
+                missing_votes: 0,
                 opened,
             },
         );
@@ -125,6 +132,48 @@ impl PendingQueue {
             })
             .take(max)
             .collect()
+    }
+
+    /// What party 0 proposes next, in arrival order: the `max` oldest requests no peer voted
+    /// missing when last proposed, and `max` of those a peer did, the least often voted
+    /// missing first (then the oldest). Requests only party 0 received (a gateway that submits
+    /// to it alone) so never take the slots of requests all three hold, and take turns among
+    /// themselves, so one that merely reached the peers late is proposed again soon.
+    pub fn to_propose(&self, max: usize) -> Vec<Candidate> {
+        let mut acknowledged = Vec::new();
+        let mut unacknowledged = Vec::new();
+        for (seq, id) in &self.order {
+            if let Some(e) = self.entries.get(id) {
+                if !e.unacknowledged {
+                    if acknowledged.len() < max {
+                        acknowledged.push((*seq, *id, e));
+                    }
+                } else {
+                    unacknowledged.push((*seq, *id, e));
+                }
+            }
+        }
+        unacknowledged.sort_by_key(|(seq, _, e)| (e.missing_votes, *seq));
+        unacknowledged.truncate(max);
+        acknowledged.extend(unacknowledged);
+        acknowledged.sort_by_key(|(seq, _, _)| *seq);
+        acknowledged
+            .into_iter()
+            .map(|(_, id, e)| Candidate {
+                id,
+                digest: e.digest,
+                received_ms: e.received_ms,
+            })
+            .collect()
+    }
+
+    /// Records how the peers voted on proposed request `id`: `missing` if any peer lacks it
+    /// (see [`Self::to_propose`]).
+    pub fn record_vote(&mut self, id: &RequestId, missing: bool) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.unacknowledged = missing;
+            e.missing_votes += u32::from(missing);
+        }
     }
 
     /// Reserves `id` for proposal `batch` (dropping every reservation of an
@@ -189,6 +238,30 @@ mod tests {
         assert_eq!(q.expired(3).len(), 3);
         q.remove(&RequestId([0; 16]));
         assert_eq!(q.oldest(10).len(), 4);
+    }
+
+    #[test]
+    fn requests_a_peer_lacks_wait_behind_the_others_and_take_turns() {
+        let mut q = PendingQueue::default();
+        let id = |i: u8| RequestId([i; 16]);
+        for i in 0..6u8 {
+            q.push(id(i), EnvelopeDigest([i; 32]), u64::from(i), None);
+        }
+        let ids = |c: Vec<Candidate>| c.into_iter().map(|c| c.id.0[0]).collect::<Vec<_>>();
+        assert_eq!(ids(q.to_propose(2)), vec![0, 1]);
+        // 0 and 1 reached party 0 alone.
+        for i in [0, 1] {
+            q.record_vote(&id(i), true);
+        }
+        assert_eq!(ids(q.to_propose(2)), vec![0, 1, 2, 3]);
+        // 2 had not reached a peer yet either; then it has.
+        q.record_vote(&id(2), true);
+        q.record_vote(&id(3), false);
+        q.record_vote(&id(0), true);
+        // The least often missing go first among those a peer lacked: 1 and 2, not 0.
+        assert_eq!(ids(q.to_propose(2)), vec![1, 2, 3, 4]);
+        q.record_vote(&id(2), false);
+        assert_eq!(ids(q.to_propose(2)), vec![0, 1, 2, 3]);
     }
 
     fn shares(byte: u8) -> StoredShares {

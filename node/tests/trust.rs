@@ -1107,3 +1107,53 @@ async fn result_key_rotation_keeps_batches_and_catch_up() -> Res {
     c.stop_all().await?;
     Ok(())
 }
+
+/// Requests one gateway sends to party 0 alone do not hold the batch slots: with room for two
+/// requests per batch and a 10 s time-out, two envelopes submitted to party 0 only, then one to
+/// all three, that one is final within 3 s (the two wait behind it until they time out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_gateway_cannot_hold_back_others() -> Res {
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|cfg| {
+        cfg.batch.max_size = 2;
+        cfg.batch.request_timeout_ms = 10_000;
+    })
+    .await?;
+    let to_party0 = c.client(0);
+    let mut held_back = Vec::new();
+    for _ in 0..2 {
+        let env = c.envelope();
+        to_party0
+            .orb
+            .clone()
+            .submit(SubmitRequest {
+                envelope: env.clone(),
+                or_serial_ids: Vec::new(),
+            })
+            .await?;
+        held_back.push(id_of(&env)?);
+    }
+    // Party 0 proposes the two before the third arrives.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let env = c.envelope();
+    let id = id_of(&env)?;
+    let started = std::time::Instant::now();
+    submit_everywhere(&c, &env).await?;
+    loop {
+        if let Ok(status) = agreed_status(&c, &id).await {
+            assert_eq!(status, ResultStatus::UniqueEnrolled);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "not final within 3 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.wait_drained(Duration::from_secs(30)).await?;
+    for id in &held_back {
+        assert_eq!(agreed_status(&c, id).await?, ResultStatus::TimedOut);
+    }
+    c.assert_stores_agree();
+    c.stop_all().await?;
+    Ok(())
+}

@@ -155,7 +155,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
     let batch_id = meta.last_applied_batch + 1;
     let now = now_ms();
     let cutoff = now.saturating_sub(state.config.batch.request_timeout_ms);
-    let candidates: Vec<Candidate> = state.queue().oldest(state.config.batch.max_size);
+    let candidates: Vec<Candidate> = state.queue().to_propose(state.config.batch.max_size);
     if candidates.is_empty() {
         return Ok(Round::Idle);
     }
@@ -234,6 +234,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         attempt: next_attempt(state, batch_id, &votes)?,
     };
     // Party 0 votes too: a request it cannot open cannot be evaluated either.
+    mark_missing(state, &candidates, &votes);
     let unopenable_here: std::collections::HashSet<RequestId> = candidates
         .iter()
         .filter(|c| !opens(state, &c.id))
@@ -246,6 +247,8 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         |id| !unopenable_here.contains(id),
         &mut commit,
     );
+    // The proposal looks past requests a peer lacks; a batch still runs at most max_size.
+    commit.request_ids.truncate(state.config.batch.max_size);
     expired_at_peers(state, &votes, &mut commit)?;
     if commit.request_ids.is_empty()
         && commit.timed_out.is_empty()
@@ -330,6 +333,18 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
     state.metrics.batch_size.observe(size as f64);
     state.metrics.batch("committed");
     Ok(Round::Committed { batch_id, size })
+}
+
+/// Records which candidates a peer voted missing, so later proposals put them behind the
+/// requests the peers hold.
+fn mark_missing(state: &NodeState, candidates: &[Candidate], votes: &BTreeMap<u8, BatchVote>) {
+    let mut q = state.queue();
+    for (i, c) in candidates.iter().enumerate() {
+        let missing = votes
+            .values()
+            .any(|v| v.votes.get(i).copied() == Some(Vote::Missing as i32));
+        q.record_vote(&c.id, missing);
+    }
 }
 
 /// The attempt to commit batch `batch_id` as: past every attempt at it that this node or a
