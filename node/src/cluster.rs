@@ -101,7 +101,8 @@ impl Deployment {
                 }
             }
             tweak(&mut t);
-            std::fs::write(&path, toml::to_string(&t)?)?;
+            // Private: with `--postgres` the store URL carries the database password.
+            crate::keys::write_private(&path, toml::to_string(&t)?.as_bytes())?;
         }
         Ok((Self::open(dir)?, Some(listeners)))
     }

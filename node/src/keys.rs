@@ -150,6 +150,15 @@ fn write_file(path: &Path, data: &[u8], private: bool, force: bool) -> Result<()
     f.sync_all().map_err(io_err(path))
 }
 
+/// Writes a file only its owner may read (mode 0600), replacing any earlier one: a config
+/// that carries a secret, such as a database URL with its password.
+///
+/// # Errors
+/// [`KeyError`] if the file cannot be written.
+pub(crate) fn write_private(path: &Path, data: &[u8]) -> Result<(), KeyError> {
+    write_file(path, data, true, true)
+}
+
 fn hex_line(bytes: &[u8]) -> Zeroizing<String> {
     let mut s = Zeroizing::new(hex::encode(bytes));
     s.push('\n');

@@ -73,6 +73,15 @@ fn recapture(rng: &mut ChaCha20Rng, p: &Person) -> Person {
 async fn every_request_type_is_decided_in_mpc() -> Res {
     let dir = tempfile::tempdir()?;
     let (deployment, listeners) = Deployment::open_or_create(dir.path(), &fast_batches).await?;
+    // The configs may carry a database password (`local-cluster --postgres`).
+    for party in 0..3 {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.path().join(format!("keys/party{party}.toml"));
+        assert_eq!(
+            std::fs::metadata(&path)?.permissions().mode() & 0o777,
+            0o600
+        );
+    }
     let cluster = LocalCluster::start(&deployment, listeners).await?;
     let orb = deployment.orb()?;
     let mut rng = ChaCha20Rng::seed_from_u64(42);

@@ -33,6 +33,7 @@ use crate::network::{NetworkError, Transport};
 use crate::session::Session;
 use reduce::run_pass;
 use sdk_orb::rotation::ROTATION_COUNT;
+use zeroize::Zeroizing;
 
 /// What a request is matched against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,11 +183,11 @@ enum Against {
 }
 
 /// Per-pass accumulation of additive `(cd, md)` shares in the layout
-/// `[rotation][eye][pair]`, each `[eye]` block padded to whole words.
+/// `[rotation][eye][pair]`, each `[eye]` block padded to whole words. Zeroized on drop.
 struct PassInputs {
     pairs: Vec<(usize, Against)>,
-    cd: Vec<u16>,
-    md: Vec<u16>,
+    cd: Zeroizing<Vec<u16>>,
+    md: Zeroizing<Vec<u16>>,
     padded: usize,
 }
 
@@ -196,8 +197,8 @@ impl PassInputs {
         let n = ROTATION_COUNT * 2 * padded;
         PassInputs {
             pairs,
-            cd: vec![0; n],
-            md: vec![0; n],
+            cd: Zeroizing::new(vec![0; n]),
+            md: Zeroizing::new(vec![0; n]),
             padded,
         }
     }
@@ -451,8 +452,9 @@ fn batch_pass(
     let candidates: Vec<usize> = (0..requests.len())
         .filter(|&k| requests[k].candidate)
         .collect();
-    let mut candidate_codes = [Vec::new(), Vec::new()];
-    let mut candidate_masks = [Vec::new(), Vec::new()];
+    // Shares of the candidates' codes and masks, and below their products: zeroized on drop.
+    let mut candidate_codes = [Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())];
+    let mut candidate_masks = [Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())];
     for &k in &candidates {
         for (eye, e) in [&requests[k].shares.left, &requests[k].shares.right]
             .into_iter()
@@ -523,8 +525,8 @@ fn batch_pass(
                     ((hi - lo) * ROTATION_COUNT, [&own[0], &own[1]])
                 }
             };
-            let mut code_dots = vec![0u16; rows * n_candidates];
-            let mut mask_dots = vec![0u16; rows * n_candidates];
+            let mut code_dots = Zeroizing::new(vec![0u16; rows * n_candidates]);
+            let mut mask_dots = Zeroizing::new(vec![0u16; rows * n_candidates]);
             engine.dot_prepared_rows(
                 code_queries,
                 rows,
@@ -619,8 +621,8 @@ fn database_span(
         })
         .collect();
     let query_rows = scanning.len() * ROTATION_COUNT;
-    let mut code_dots = vec![0u16; query_rows * width];
-    let mut mask_dots = vec![0u16; query_rows * width];
+    let mut code_dots = Zeroizing::new(vec![0u16; query_rows * width]);
+    let mut mask_dots = Zeroizing::new(vec![0u16; query_rows * width]);
     for (eye, [codes, masks]) in queries.iter().enumerate() {
         engine.dot_db_prepared(codes, db, eye, Part::Code, span.clone(), &mut code_dots);
         engine.dot_db_prepared(masks, db, eye, Part::Mask, span.clone(), &mut mask_dots);
