@@ -20,6 +20,10 @@ const CHUNK_ENTRIES: usize = 32;
 /// Chunks a helper keeps queued ahead of the link (a few times 2.4 MB).
 const QUEUED_CHUNKS: usize = 4;
 
+/// How long a helper waits for the recovering node to take a chunk before it closes the
+/// stream: the batch lock it holds meanwhile stops every batch.
+const CALLER_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The recovering party `caller` names, if it may recover from this node at all.
 fn target_of(state: &NodeState, caller: u8) -> Result<PartyId, RecoveryError> {
     if caller == state.party {
@@ -96,11 +100,26 @@ pub async fn helper_stream(
     };
     let guard = state.apply_lock.clone().lock_owned().await;
     let (tx, rx) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
+    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
         let _guard = guard;
-        if let Err(e) = send_contributions(&state, target, &nonce, &secret, &tx) {
+        let send = |item| {
+            runtime.block_on(async {
+                match tokio::time::timeout(CALLER_STALL, tx.send(item)).await {
+                    Ok(sent) => sent.is_ok(),
+                    Err(_) => {
+                        tracing::warn!(
+                            caller,
+                            "recovery caller read nothing for a minute; stream closed"
+                        );
+                        false
+                    }
+                }
+            })
+        };
+        if let Err(e) = send_contributions(&state, target, &nonce, &secret, &send) {
             // The caller may be gone already; then nobody is left to tell.
-            let _ = tx.blocking_send(Err(e));
+            send(Err(e));
         }
     });
     Ok(rx)
@@ -182,7 +201,7 @@ fn send_contributions(
     target: PartyId,
     nonce: &[u8; 32],
     secret: &PadSecret,
-    tx: &tokio::sync::mpsc::Sender<Result<RecoverChunk, RecoveryError>>,
+    send: &dyn Fn(Result<RecoverChunk, RecoveryError>) -> bool,
 ) -> Result<(), RecoveryError> {
     let me = PartyId::try_from(state.party).map_err(|_| RecoveryError::SelfRecovery)?;
     let meta = state.store.meta()?;
@@ -234,7 +253,7 @@ fn send_contributions(
             }
             first = false;
         }
-        if tx.blocking_send(Ok(chunk)).is_err() {
+        if !send(Ok(chunk)) {
             return Ok(());
         }
         start = rows.end;
