@@ -30,7 +30,7 @@ pub use self::peer::PeerApi;
 use crate::agreement::coordinator;
 use crate::links::Peers;
 use crate::node::{NodeState, StartError};
-use crate::tls::NodeTls;
+use crate::tls::{Admission, NodeTls};
 
 /// Largest gRPC message accepted from an orb (the intake limit applies
 /// below it and reports precisely).
@@ -88,12 +88,24 @@ pub async fn run(
     let party = state.party;
     let (orb_addr, peer_addr, metrics_addr) = listeners.addrs()?;
 
+    let limits = &state.config.connections;
     let orb_api = OrbApi::new(state.clone());
-    let orb_incoming =
-        crate::tls::incoming(listeners.orb, tls.orb_server.clone(), stop_rx.clone(), None);
+    let orb_incoming = crate::tls::incoming(
+        listeners.orb,
+        tls.orb_server.clone(),
+        Admission::new("orb", limits, &state.metrics),
+        stop_rx.clone(),
+        None,
+    );
     let mut orb_stop = stop_rx.clone();
+    let mut orb_builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(limits.keepalive_interval())
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout()));
+    if let Some(age) = limits.max_orb_connection_age() {
+        orb_builder = orb_builder.max_connection_age(age);
+    }
     let orb_server = tokio::spawn(
-        tonic::transport::Server::builder()
+        orb_builder
             .add_service(tonic::service::interceptor::InterceptedService::new(
                 OrbServiceServer::new(orb_api.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE),
                 orb::Authenticate(tls.orb_clients.clone()),
@@ -120,12 +132,16 @@ pub async fn run(
     let peer_incoming = crate::tls::incoming(
         listeners.peer,
         tls.peer_server.clone(),
+        Admission::new("peer", limits, &state.metrics),
         stop_rx.clone(),
         Some(mpc_links),
     );
     let (peer_stop_tx, mut peer_stop_rx) = watch::channel(false);
+    // No age limit here: a peer's commit may run for minutes on its connection.
     let peer_server = tokio::spawn(
         tonic::transport::Server::builder()
+            .http2_keepalive_interval(limits.keepalive_interval())
+            .http2_keepalive_timeout(Some(limits.keepalive_timeout()))
             .initial_stream_window_size(crate::tls::PEER_STREAM_WINDOW)
             .initial_connection_window_size(crate::tls::PEER_CONNECTION_WINDOW)
             .add_service(
@@ -141,6 +157,7 @@ pub async fn run(
     let http = tokio::spawn(http::serve(
         listeners.metrics,
         state.clone(),
+        Admission::new("metrics", limits, &state.metrics),
         stop_rx.clone(),
     ));
 

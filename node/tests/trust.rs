@@ -22,6 +22,7 @@ use ocelli_node::keys::{keygen, sample_config, KeygenOptions};
 use ocelli_node::links::MpcDialer;
 use ocelli_node::tls::NodeTls;
 use prost::Message;
+use rand_chacha::rand_core::SeedableRng;
 use sdk_orb::envelope::EnvelopeView;
 use sdk_orb::EnvelopeError;
 use shared_proto::v1::{
@@ -744,4 +745,164 @@ fn a_batch_at_the_largest_pass_succeeds() {
         ocelli_mpc::pipeline::LARGEST_MESSAGE_BYTES_PER_COMPARISON * allowed
     );
     assert!(largest <= PEER_MESSAGE_CAP - ocelli_node::config::MPC_FRAME_OVERHEAD);
+}
+
+/// A stranger cannot hold a node's connections: a TCP connection that never starts its TLS
+/// handshake (orb and peer port; or its request, metrics port), and one that completes TLS
+/// without a client certificate and then says nothing, are closed by the node within a few
+/// seconds (`connections.unauthenticated_timeout_ms`); a stranger's connection is closed soon
+/// after its first call is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_connections_are_closed() -> Res {
+    let mut c = Cluster::start(Arc::new(NotEvaluated)).await?;
+    let timeout = c.configs[0].connections.unauthenticated_timeout();
+    let bound = timeout + Duration::from_secs(2);
+    let (orb, peer) = (c.configs[0].listen.orb, c.configs[0].listen.peer);
+    let silent_orb = tokio::net::TcpStream::connect(orb).await?;
+    let silent_peer = tokio::net::TcpStream::connect(peer).await?;
+    let silent_metrics = tokio::net::TcpStream::connect(c.configs[0].listen.metrics).await?;
+    let no_certificate = tokio_rustls::TlsConnector::from(ocelli_node::tls::orb_client_config(
+        &c.keys.ca_cert(),
+        None,
+    )?)
+    .connect(
+        ocelli_node::tls::server_name_of("localhost")?,
+        tokio::net::TcpStream::connect(orb).await?,
+    )
+    .await?;
+    let (silent_orb, silent_peer, silent_metrics, no_certificate) = tokio::join!(
+        closed_within(silent_orb, bound),
+        closed_within(silent_peer, bound),
+        closed_within(silent_metrics, bound),
+        closed_within(no_certificate, bound),
+    );
+    eprintln!(
+        "closed after: silent on the orb port {:?}, on the peer port {:?}, on the metrics port \
+         {:?}, TLS without a certificate {:?}",
+        silent_orb, silent_peer, silent_metrics, no_certificate
+    );
+    silent_orb.map_err(|e| format!("silent TCP on the orb port: {e}"))?;
+    silent_peer.map_err(|e| format!("silent TCP on the peer port: {e}"))?;
+    silent_metrics.map_err(|e| format!("silent TCP on the metrics port: {e}"))?;
+    no_certificate.map_err(|e| format!("TLS without a client certificate: {e}"))?;
+
+    // Refused once, the connection goes well before its idle time is up (the client, kept,
+    // would hold it open).
+    let mut stranger = c.stranger(1);
+    let refused = code(stranger.health.check(HealthCheckRequest {}).await);
+    assert_eq!(refused, tonic::Code::Unauthenticated);
+    let refused_at = std::time::Instant::now();
+    let metrics = c.configs[1].listen.metrics;
+    let held = || async move {
+        let page = http_get(metrics, "/metrics").await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+            page.lines()
+                .find(|l| l.starts_with("ocelli_unauthenticated_connections") && l.contains("orb"))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<u64>().ok()),
+        )
+    };
+    while held().await? != Some(0) {
+        assert!(
+            refused_at.elapsed() < timeout / 2,
+            "a refused stranger's connection is still open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("refused stranger closed after {:?}", refused_at.elapsed());
+    drop(stranger);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// 1,200 idle TCP connections to one node's orb port, whose process may hold 1,024
+/// descriptors, do not keep a request from becoming final: the node closes the strangers'
+/// connections beyond its caps, and its gateway connection and MPC links still open. Three
+/// `ocelli-node serve` processes with the real matching pipeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_strangers_do_not_stall_batches() -> Res {
+    const STRANGERS: usize = 1_200;
+    // This process holds the strangers' ends of the connections.
+    let limit = ocelli_mpc::process::raise_open_files_limit()?;
+    if limit.now < STRANGERS as u64 + 200 {
+        return Err(format!(
+            "needs {} descriptors; the hard limit is {}",
+            STRANGERS + 200,
+            limit.now
+        )
+        .into());
+    }
+    let nodes = NodeProcesses::start(0, 1_024).await?;
+    let orb0 = nodes.deployment.configs[0].listen.orb;
+    // From another address than the gateway's, as a stranger on the network would be.
+    let stranger_addr: std::net::SocketAddr = "127.0.0.2:0".parse()?;
+    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut strangers = Vec::new();
+    for n in 0..STRANGERS {
+        // A few at a time, so that they reach the node rather than overflow its listen queue.
+        if n % 50 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (opened, closed) = (opened.clone(), closed.clone());
+        strangers.push(tokio::spawn(async move {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(stranger_addr)?;
+            let connect = tokio::time::timeout(Duration::from_secs(2), socket.connect(orb0));
+            if let Ok(Ok(conn)) = connect.await {
+                opened.fetch_add(1, Ordering::SeqCst);
+                if closed_within(conn, Duration::from_secs(60)).await.is_ok() {
+                    closed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            Ok::<_, std::io::Error>(())
+        }));
+    }
+    // Until every connection is open, or its attempt gave up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while opened.load(Ordering::SeqCst) < STRANGERS && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let started = std::time::Instant::now();
+    let orb = nodes.deployment.orb()?;
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(5);
+    let meta = sdk_orb::envelope::RequestMeta {
+        request_id: sdk_orb::RequestId::random(&mut rng),
+        request_type: sdk_orb::RequestType::Uniqueness,
+        timestamp_ms: ocelli_node::node::now_ms(),
+        serial_id: 0,
+        or_policy: false,
+    };
+    let left = sdk_orb::template::random(&mut rng, 0.1);
+    let right = sdk_orb::template::random(&mut rng, 0.1);
+    let env = orb.envelope(&mut rng, &meta, &left, &right)?;
+    let outcome = async {
+        orb.submit(&env).await?;
+        orb.result(&meta.request_id, Duration::from_secs(20)).await
+    }
+    .await;
+    let took = started.elapsed();
+    let (opened, closed_by_then) = (opened.load(Ordering::SeqCst), closed.load(Ordering::SeqCst));
+    let result = outcome.map_err(|e| {
+        format!(
+            "{e} ({opened} strangers connected, {closed_by_then} closed by the node); party 0's \
+             log:\n{}",
+            nodes.log_tail(0)
+        )
+    })?;
+    eprintln!(
+        "final after {took:?}; {opened} of {STRANGERS} strangers connected, {closed_by_then} \
+         closed by the node by then"
+    );
+    assert_eq!(result.status, ResultStatus::UniqueEnrolled as i32);
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_eq!(
+        opened, STRANGERS,
+        "the node left connections in its listen queue"
+    );
+    for s in strangers {
+        s.abort();
+    }
+    Ok(())
 }

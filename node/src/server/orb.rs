@@ -23,20 +23,22 @@ use crate::tls::{OrbCaller, OrbClients, OrbRole};
 
 /// Authenticates every orb-API call (`OrbService` and `Health`) by the client certificate the
 /// TLS handshake verified and pinned, and hands the [`OrbCaller`] to the handlers. A caller
-/// without one gets UNAUTHENTICATED and nothing else.
+/// without one gets UNAUTHENTICATED and nothing else, and its connection closes soon after.
 #[derive(Clone, Debug)]
 pub struct Authenticate(pub OrbClients);
 
 impl tonic::service::Interceptor for Authenticate {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let caller = request
-            .peer_certs()
-            .and_then(|certs| certs.first().and_then(|c| self.0.caller_of(c)))
-            .ok_or_else(|| {
-                Status::unauthenticated(
-                    "the orb API needs a gateway or results-consumer client certificate",
-                )
-            })?;
+        let caller = crate::tls::client_certs(&request)
+            .and_then(|certs| certs.first().and_then(|c| self.0.caller_of(c)));
+        let Some(caller) = caller else {
+            if let Some(connection) = crate::tls::connection(&request) {
+                connection.get_ref().refused();
+            }
+            return Err(Status::unauthenticated(
+                "the orb API needs a gateway or results-consumer client certificate",
+            ));
+        };
         request.extensions_mut().insert(caller);
         Ok(request)
     }
