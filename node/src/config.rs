@@ -47,7 +47,7 @@ pub struct NodeConfig {
     /// Where the store lives (default: redb in `data_dir`).
     #[serde(default)]
     pub store: StoreConfig,
-    /// What callers may hold open: connections.
+    /// What callers may hold open: connections and result streams.
     #[serde(default)]
     pub connections: ConnectionsConfig,
 }
@@ -75,6 +75,8 @@ pub struct ConnectionsConfig {
     /// Orb port: an authenticated connection this old is asked to close (HTTP/2 GOAWAY: calls
     /// in flight finish, the client connects again), seconds; 0: never.
     pub max_orb_connection_age_s: u64,
+    /// `StreamResults` calls one orb client (gateway or results consumer) may hold open.
+    pub max_result_streams_per_client: usize,
 }
 
 impl Default for ConnectionsConfig {
@@ -86,6 +88,7 @@ impl Default for ConnectionsConfig {
             keepalive_interval_ms: 30_000,
             keepalive_timeout_ms: 10_000,
             max_orb_connection_age_s: 3_600,
+            max_result_streams_per_client: 256,
         }
     }
 }
@@ -582,6 +585,9 @@ impl NodeConfig {
         }
         if conn.keepalive_interval_ms > 0 && conn.keepalive_timeout_ms == 0 {
             return bad("connections.keepalive_timeout_ms must be at least 1 when pings are on");
+        }
+        if conn.max_result_streams_per_client == 0 {
+            return bad("connections.max_result_streams_per_client must be at least 1");
         }
         if self.matching.enabled && self.keys.node_public_keys.is_none() {
             return bad("keys.node_public_keys is required when matching is enabled");

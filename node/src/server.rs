@@ -12,6 +12,7 @@
 mod http;
 mod orb;
 mod peer;
+mod results;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ use shared_proto::v1::peer_service_server::PeerServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use self::orb::{health, OrbApi};
+pub use self::orb::{health, OrbApi, MAX_STREAM_IDS};
 pub(crate) use self::orb::{parse_id, parse_ids};
 pub use self::peer::PeerApi;
 use crate::agreement::coordinator;
@@ -90,6 +91,7 @@ pub async fn run(
 
     let limits = &state.config.connections;
     let orb_api = OrbApi::new(state.clone());
+    let dispatch_results = tokio::spawn(orb_api.dispatch_results());
     let orb_incoming = crate::tls::incoming(
         listeners.orb,
         tls.orb_server.clone(),
@@ -191,6 +193,7 @@ pub async fn run(
     let _ = peer_stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), peer_server).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+    dispatch_results.abort();
     // Wait for in-flight batch application to finish before the store closes.
     drop(state.apply_lock.lock().await);
     tracing::info!(party, "shutdown complete");

@@ -235,8 +235,9 @@ async fn stranger_reads_nothing() -> Res {
 }
 
 /// Finding 1: a gateway reads the results of the requests it submitted, and nothing of
-/// another gateway's (NOT_FOUND, as for an unknown id, pending or final), nor the stream of
-/// every result; the results consumer reads and streams every result but submits nothing.
+/// another gateway's (NOT_FOUND, as for an unknown id, pending or final; streamed, see
+/// `foreign_and_unknown_ids_answer_alike`), nor the stream of every result; the results
+/// consumer reads and streams every result but submits nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_reads_only_its_own_results() -> Res {
     let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
@@ -283,14 +284,6 @@ async fn gateway_reads_only_its_own_results() -> Res {
         );
         assert_eq!(code(get(&rc[i], ia).await), tonic::Code::Ok, "node {i}");
         assert_eq!(code(get(&rc[i], ib).await), tonic::Code::Ok, "node {i}");
-        let other = g0[i]
-            .orb
-            .clone()
-            .stream_results(StreamResultsRequest {
-                request_ids: vec![ib.to_vec()],
-            })
-            .await;
-        assert_eq!(code(other), tonic::Code::NotFound, "node {i}");
         let all = g0[i]
             .orb
             .clone()
@@ -904,5 +897,153 @@ async fn idle_strangers_do_not_stall_batches() -> Res {
     for s in strangers {
         s.abort();
     }
+    Ok(())
+}
+
+/// A `StreamResults` call names at most 1,000 request ids: 1,001 are refused with
+/// INVALID_ARGUMENT, 1,000 are accepted and the named result arrives. A client holds at most
+/// `connections.max_result_streams_per_client` streams open (RESOURCE_EXHAUSTED beyond), and
+/// one it hangs up on is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_results_bounds_its_ids() -> Res {
+    use ocelli_node::server::MAX_STREAM_IDS;
+    assert_eq!(MAX_STREAM_IDS, 1_000);
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.connections.max_result_streams_per_client = 2;
+    })
+    .await?;
+    let env = c.envelope();
+    let id = id_of(&env)?;
+    submit_everywhere(&c, &env).await?;
+    let mut ids: Vec<Vec<u8>> = (1..MAX_STREAM_IDS as u32)
+        .map(|n| {
+            let mut other = [0xEE; 16];
+            other[..4].copy_from_slice(&n.to_be_bytes());
+            other.to_vec()
+        })
+        .collect();
+    ids.push(id.to_vec());
+    let mut gateway = c.client(0).orb;
+    let mut too_many = ids.clone();
+    too_many.push(vec![0xEF; 16]);
+    let refused = gateway
+        .stream_results(StreamResultsRequest {
+            request_ids: too_many,
+        })
+        .await;
+    assert_eq!(code(refused), tonic::Code::InvalidArgument);
+    let mut stream = gateway
+        .stream_results(StreamResultsRequest { request_ids: ids })
+        .await?
+        .into_inner();
+    let r = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await?
+        .ok_or("stream ended")??;
+    assert_eq!(NodeResult::decode(r.result.as_slice())?.request_id, id);
+
+    // The first stream still waits on 999 ids: a second fits, a third does not.
+    let unknown = || StreamResultsRequest {
+        request_ids: vec![[0x11; 16].to_vec()],
+    };
+    let second = gateway.stream_results(unknown()).await?;
+    let third = gateway.stream_results(unknown()).await;
+    assert_eq!(code(third), tonic::Code::ResourceExhausted);
+    let other_gateway = c
+        .client_as(0, &c.keys.gateway(1))
+        .orb
+        .stream_results(unknown())
+        .await;
+    assert_eq!(
+        code(other_gateway),
+        tonic::Code::Ok,
+        "the cap is per client"
+    );
+    drop((stream, second));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while code(gateway.stream_results(unknown()).await) != tonic::Code::Ok {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "streams the client hung up on are still counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// A gateway cannot tell another gateway's request from an unknown one by `StreamResults`:
+/// both are waited for and never delivered, and a stream naming one beside its own request
+/// delivers its own only. `Submit` names no serial id it refuses in `or_serial_ids`: any
+/// unknown serial reads alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_and_unknown_ids_answer_alike() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let g0 = c.client_as(0, &c.keys.gateway(0));
+    let g1 = c.client_as(0, &c.keys.gateway(1));
+    let (own, foreign) = (c.envelope(), c.envelope());
+    submit_everywhere(&c, &own).await?;
+    for i in 0..3 {
+        submit_via(&[c.client_as(i, &c.keys.gateway(1))], &foreign).await?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    let (own, foreign) = (id_of(&own)?, id_of(&foreign)?);
+    let quiet = Duration::from_millis(500);
+    for named in [vec![foreign.to_vec()], vec![[0x5A; 16].to_vec()]] {
+        let mut stream = g0
+            .orb
+            .clone()
+            .stream_results(StreamResultsRequest { request_ids: named })
+            .await?
+            .into_inner();
+        assert!(
+            tokio::time::timeout(quiet, stream.next()).await.is_err(),
+            "the stream answered"
+        );
+    }
+    let mut both = g0
+        .orb
+        .clone()
+        .stream_results(StreamResultsRequest {
+            request_ids: vec![foreign.to_vec(), own.to_vec()],
+        })
+        .await?
+        .into_inner();
+    let r = both.next().await.ok_or("stream ended")??;
+    assert_eq!(NodeResult::decode(r.result.as_slice())?.request_id, own);
+    assert!(tokio::time::timeout(quiet, both.next()).await.is_err());
+    // The other gateway streams its own.
+    let mut theirs = g1
+        .orb
+        .clone()
+        .stream_results(StreamResultsRequest {
+            request_ids: vec![foreign.to_vec()],
+        })
+        .await?
+        .into_inner();
+    let r = theirs.next().await.ok_or("stream ended")??;
+    assert_eq!(NodeResult::decode(r.result.as_slice())?.request_id, foreign);
+
+    let mut refusals = Vec::new();
+    for serial in [7u64, 8] {
+        let s = c
+            .client(0)
+            .orb
+            .submit(SubmitRequest {
+                envelope: c.envelope(),
+                or_serial_ids: vec![serial],
+            })
+            .await
+            .err()
+            .ok_or("an unknown serial id was accepted")?;
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert!(
+            !s.message().contains(&serial.to_string()),
+            "{}",
+            s.message()
+        );
+        refusals.push(s.message().to_owned());
+    }
+    assert_eq!(refusals[0], refusals[1]);
+    c.stop_all().await?;
     Ok(())
 }
