@@ -47,6 +47,73 @@ pub struct NodeConfig {
     /// Where the store lives (default: redb in `data_dir`).
     #[serde(default)]
     pub store: StoreConfig,
+    /// What callers may hold open: connections and result streams.
+    #[serde(default)]
+    pub connections: ConnectionsConfig,
+}
+
+/// What callers may hold open. A connection is unauthenticated from its accept until its TLS
+/// handshake has verified a configured client certificate; on the orb port, one that completed
+/// the handshake without a certificate stays unauthenticated until it closes, and on the
+/// metrics port every connection does.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionsConfig {
+    /// Unauthenticated connections per port (orb, peer, metrics). A new one over the cap closes
+    /// the oldest of the source address that holds the most.
+    pub max_unauthenticated: usize,
+    /// Unauthenticated connections per port from one source address. A new one over the cap
+    /// closes that address's oldest.
+    pub max_unauthenticated_per_address: usize,
+    /// How long a connection may stay unauthenticated, ms: its TLS handshake, and on the orb
+    /// port a connection without a client certificate (closed sooner, once a call is refused).
+    pub unauthenticated_timeout_ms: u64,
+    /// HTTP/2 keep-alive pings on authenticated connections (orb and peer ports), ms; 0: none.
+    pub keepalive_interval_ms: u64,
+    /// A connection whose keep-alive ping goes unanswered this long is closed, ms.
+    pub keepalive_timeout_ms: u64,
+    /// Orb port: an authenticated connection this old is asked to close (HTTP/2 GOAWAY: calls
+    /// in flight finish, the client connects again), seconds; 0: never.
+    pub max_orb_connection_age_s: u64,
+    /// `StreamResults` calls one orb client (gateway or results consumer) may hold open.
+    pub max_result_streams_per_client: usize,
+}
+
+impl Default for ConnectionsConfig {
+    fn default() -> Self {
+        Self {
+            max_unauthenticated: 256,
+            max_unauthenticated_per_address: 16,
+            unauthenticated_timeout_ms: 5_000,
+            keepalive_interval_ms: 30_000,
+            keepalive_timeout_ms: 10_000,
+            max_orb_connection_age_s: 3_600,
+            max_result_streams_per_client: 256,
+        }
+    }
+}
+
+impl ConnectionsConfig {
+    /// `unauthenticated_timeout_ms` as a duration.
+    pub fn unauthenticated_timeout(&self) -> Duration {
+        Duration::from_millis(self.unauthenticated_timeout_ms)
+    }
+
+    /// `keepalive_interval_ms` as a duration, if pings are on.
+    pub fn keepalive_interval(&self) -> Option<Duration> {
+        (self.keepalive_interval_ms > 0).then(|| Duration::from_millis(self.keepalive_interval_ms))
+    }
+
+    /// `keepalive_timeout_ms` as a duration.
+    pub fn keepalive_timeout(&self) -> Duration {
+        Duration::from_millis(self.keepalive_timeout_ms)
+    }
+
+    /// `max_orb_connection_age_s` as a duration, if connections age out.
+    pub fn max_orb_connection_age(&self) -> Option<Duration> {
+        (self.max_orb_connection_age_s > 0)
+            .then(|| Duration::from_secs(self.max_orb_connection_age_s))
+    }
 }
 
 /// The store backend: redb in `data_dir` unless `url` names a PostgreSQL server.
@@ -509,6 +576,19 @@ impl NodeConfig {
         }
         if self.store.pool_size == 0 {
             return bad("store.pool_size must be at least 1");
+        }
+        let conn = &self.connections;
+        if conn.max_unauthenticated == 0 || conn.max_unauthenticated_per_address == 0 {
+            return bad("connections.max_unauthenticated and max_unauthenticated_per_address must be at least 1");
+        }
+        if conn.unauthenticated_timeout_ms == 0 {
+            return bad("connections.unauthenticated_timeout_ms must be at least 1");
+        }
+        if conn.keepalive_interval_ms > 0 && conn.keepalive_timeout_ms == 0 {
+            return bad("connections.keepalive_timeout_ms must be at least 1 when pings are on");
+        }
+        if conn.max_result_streams_per_client == 0 {
+            return bad("connections.max_result_streams_per_client must be at least 1");
         }
         Ok(())
     }

@@ -107,7 +107,8 @@ pub fn orb_request(data: &[u8]) {
             if let Some(r) = decoded::<StreamResultsRequest>(bytes) {
                 let parsed = crate::server::parse_ids(&r.request_ids);
                 let all_16 = r.request_ids.iter().all(|b| b.len() == 16);
-                assert_eq!(parsed.is_ok(), all_16);
+                let few = r.request_ids.len() <= crate::server::MAX_STREAM_IDS;
+                assert_eq!(parsed.is_ok(), all_16 && few);
                 if let Ok(ids) = parsed {
                     assert!(ids.len() <= r.request_ids.len());
                 }

@@ -2,8 +2,8 @@
 //! process in tests). Names and meanings are listed in docs/operations.md.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// The node's metrics.
@@ -41,6 +41,12 @@ pub struct Metrics {
     pub ready: IntGauge,
     /// `ocelli_share_load_seconds_total`: time spent loading shares at start (ms).
     pub load_ms: IntCounter,
+    /// `ocelli_unauthenticated_connections{port}`: connections not authenticated yet, by port
+    /// (`orb`, `peer`).
+    pub unauthenticated: IntGaugeVec,
+    /// `ocelli_unauthenticated_evicted_total{port}`: unauthenticated connections closed to admit
+    /// a newer one over a cap.
+    pub evicted: IntCounterVec,
 }
 
 impl Metrics {
@@ -119,6 +125,22 @@ impl Metrics {
         registry
             .register(Box::new(load_ms.clone()))
             .expect("unique metric");
+        let unauthenticated = IntGaugeVec::new(
+            Opts::new(
+                "unauthenticated_connections",
+                "Connections not authenticated yet, by port",
+            ),
+            &["port"],
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(unauthenticated.clone()))
+            .expect("unique metric");
+        let evicted = cv(
+            "unauthenticated_evicted_total",
+            "Unauthenticated connections closed to admit a newer one over a cap",
+            "port",
+        );
         Self {
             registry,
             intake,
@@ -136,6 +158,8 @@ impl Metrics {
             last_batch,
             ready,
             load_ms,
+            unauthenticated,
+            evicted,
         }
     }
 

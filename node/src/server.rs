@@ -12,6 +12,7 @@
 mod http;
 mod orb;
 mod peer;
+mod results;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -24,13 +25,13 @@ use shared_proto::v1::peer_service_server::PeerServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use self::orb::{health, OrbApi};
+pub use self::orb::{health, OrbApi, MAX_STREAM_IDS};
 pub(crate) use self::orb::{parse_id, parse_ids};
 pub use self::peer::PeerApi;
 use crate::agreement::coordinator;
 use crate::links::Peers;
 use crate::node::{NodeState, StartError};
-use crate::tls::NodeTls;
+use crate::tls::{Admission, NodeTls};
 
 /// Largest gRPC message accepted from an orb (the intake limit applies
 /// below it and reports precisely).
@@ -88,12 +89,25 @@ pub async fn run(
     let party = state.party;
     let (orb_addr, peer_addr, metrics_addr) = listeners.addrs()?;
 
+    let limits = &state.config.connections;
     let orb_api = OrbApi::new(state.clone());
-    let orb_incoming =
-        crate::tls::incoming(listeners.orb, tls.orb_server.clone(), stop_rx.clone(), None);
+    let dispatch_results = tokio::spawn(orb_api.dispatch_results());
+    let orb_incoming = crate::tls::incoming(
+        listeners.orb,
+        tls.orb_server.clone(),
+        Admission::new("orb", limits, &state.metrics),
+        stop_rx.clone(),
+        None,
+    );
     let mut orb_stop = stop_rx.clone();
+    let mut orb_builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(limits.keepalive_interval())
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout()));
+    if let Some(age) = limits.max_orb_connection_age() {
+        orb_builder = orb_builder.max_connection_age(age);
+    }
     let orb_server = tokio::spawn(
-        tonic::transport::Server::builder()
+        orb_builder
             .add_service(tonic::service::interceptor::InterceptedService::new(
                 OrbServiceServer::new(orb_api.clone()).max_decoding_message_size(MAX_GRPC_MESSAGE),
                 orb::Authenticate(tls.orb_clients.clone()),
@@ -120,12 +134,16 @@ pub async fn run(
     let peer_incoming = crate::tls::incoming(
         listeners.peer,
         tls.peer_server.clone(),
+        Admission::new("peer", limits, &state.metrics),
         stop_rx.clone(),
         Some(mpc_links),
     );
     let (peer_stop_tx, mut peer_stop_rx) = watch::channel(false);
+    // No age limit here: a peer's commit may run for minutes on its connection.
     let peer_server = tokio::spawn(
         tonic::transport::Server::builder()
+            .http2_keepalive_interval(limits.keepalive_interval())
+            .http2_keepalive_timeout(Some(limits.keepalive_timeout()))
             .initial_stream_window_size(crate::tls::PEER_STREAM_WINDOW)
             .initial_connection_window_size(crate::tls::PEER_CONNECTION_WINDOW)
             .add_service(
@@ -141,6 +159,7 @@ pub async fn run(
     let http = tokio::spawn(http::serve(
         listeners.metrics,
         state.clone(),
+        Admission::new("metrics", limits, &state.metrics),
         stop_rx.clone(),
     ));
 
@@ -174,6 +193,7 @@ pub async fn run(
     let _ = peer_stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), peer_server).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+    dispatch_results.abort();
     // Wait for in-flight batch application to finish before the store closes.
     drop(state.apply_lock.lock().await);
     tracing::info!(party, "shutdown complete");

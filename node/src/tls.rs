@@ -3,12 +3,14 @@
 //! - Orb gateways and results consumers reach a node's orb API over TLS with a client
 //!   certificate, which must be byte-for-byte one configured under `tls.gateways` or
 //!   `tls.results_consumers`; a caller without one completes the handshake but every call
-//!   is refused as unauthenticated (so it learns why), one with any other certificate is
-//!   refused in the handshake.
+//!   is refused as unauthenticated (so it learns why) and its connection is closed soon
+//!   after, one with any other certificate is refused in the handshake.
 //! - Nodes reach each other over mutual TLS. Beyond chaining to the
 //!   deployment CA, a certificate must be byte-for-byte the one configured for
 //!   that party id: a node refuses a peer presenting any other certificate,
 //!   including another party's.
+//! - Until a connection has authenticated, it holds a slot of its port's [`Admission`] (caps
+//!   per port and per source address, and a deadline) and no read buffer ([`BufferedTcp`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -33,6 +35,12 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::config::NodeConfig;
+
+mod admission;
+mod socket;
+
+pub use self::admission::{Admission, Closer, Slot};
+pub use self::socket::{client_certs, connection, BufferedTcp, ConnectionInfo};
 
 /// TLS setup errors.
 #[derive(Debug, thiserror::Error)]
@@ -449,81 +457,15 @@ impl ServerCertVerifier for PinnedServerVerifier {
 /// Takes the connections whose handshake chose the MPC link protocol ([`MPC_ALPN`]).
 pub type MpcHandler = Arc<dyn Fn(TlsStream<BufferedTcp>) + Send + Sync>;
 
-/// Bytes read from the socket at once under TLS.
-const SOCKET_READ_BUFFER: usize = 256 << 10;
-
-/// A TCP stream read through a buffer: rustls asks for at most 4 KiB per read, which on a
-/// bare socket is a system call per 4 KiB of round traffic.
-#[derive(Debug)]
-pub struct BufferedTcp(tokio::io::BufReader<TcpStream>);
-
-impl BufferedTcp {
-    /// Wraps `tcp`.
-    pub fn new(tcp: TcpStream) -> Self {
-        Self(tokio::io::BufReader::with_capacity(SOCKET_READ_BUFFER, tcp))
-    }
-}
-
-impl tokio::io::AsyncRead for BufferedTcp {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for BufferedTcp {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
-impl tonic::transport::server::Connected for BufferedTcp {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.get_ref().connect_info()
-    }
-}
-
-/// Accepts TCP connections and runs the TLS handshakes (each bounded by a
-/// timeout) off the accept loop; yields finished TLS streams until
-/// `shutdown` fires, but hands those that chose the MPC link protocol to `mpc`.
+/// Accepts TCP connections, each holding a slot of `admission` until it authenticates, and runs
+/// their TLS handshakes off the accept loop; yields the finished TLS streams until `shutdown`
+/// fires, but hands those that chose the MPC link protocol to `mpc`. A connection that does not
+/// authenticate in the time its slot allows is closed, in its handshake or after (on the orb
+/// port a caller without a client certificate completes the handshake: its calls are refused).
 pub fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
+    admission: Arc<Admission>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
     mpc: Option<MpcHandler>,
 ) -> tokio_stream::wrappers::ReceiverStream<Result<TlsStream<BufferedTcp>, std::io::Error>> {
@@ -544,22 +486,29 @@ pub fn incoming(
                 }
             };
             let _ = tcp.set_nodelay(true);
+            let tcp = BufferedTcp::admitted(tcp, admission.admit(addr.ip()));
             let acceptor = acceptor.clone();
             let tx = tx.clone();
             let mpc = mpc.clone();
             tokio::spawn(async move {
-                let tcp = BufferedTcp::new(tcp);
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(s)) if s.get_ref().1.alpn_protocol() == Some(MPC_ALPN) => {
-                        if let Some(take) = &mpc {
-                            take(s);
-                        }
+                let mut s = match acceptor.accept(tcp).await {
+                    Ok(s) => s,
+                    // Strangers' connections end here by the thousand: not worth a line each.
+                    Err(e) => {
+                        tracing::debug!(%addr, error = %e, "TLS handshake failed");
+                        return;
                     }
-                    Ok(Ok(s)) => {
-                        let _ = tx.send(Ok(s)).await;
+                };
+                // The verifiers admit a client certificate only if it is a configured one.
+                if s.get_ref().1.peer_certificates().is_some() {
+                    s.get_mut().0.authenticated();
+                }
+                if s.get_ref().1.alpn_protocol() == Some(MPC_ALPN) {
+                    if let Some(take) = &mpc {
+                        take(s);
                     }
-                    Ok(Err(e)) => tracing::info!(%addr, error = %e, "TLS handshake refused"),
-                    Err(_) => tracing::info!(%addr, "TLS handshake timed out"),
+                } else {
+                    let _ = tx.send(Ok(s)).await;
                 }
             });
         }
@@ -595,7 +544,10 @@ pub async fn connect(
 ) -> std::io::Result<tokio_rustls::client::TlsStream<BufferedTcp>> {
     let tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
-    connector.connect(name, BufferedTcp::new(tcp)).await
+    let mut tls = connector.connect(name, BufferedTcp::new(tcp)).await?;
+    // The server presented the pinned certificate: its traffic is worth a buffer.
+    tls.get_mut().0.authenticated();
+    Ok(tls)
 }
 
 /// A lazily connecting tonic channel to `addr` over TLS with `config`,

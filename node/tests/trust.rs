@@ -22,6 +22,7 @@ use ocelli_node::keys::{keygen, sample_config, KeygenOptions};
 use ocelli_node::links::MpcDialer;
 use ocelli_node::tls::NodeTls;
 use prost::Message;
+use rand_chacha::rand_core::SeedableRng;
 use sdk_orb::envelope::EnvelopeView;
 use sdk_orb::EnvelopeError;
 use shared_proto::v1::{
@@ -234,8 +235,9 @@ async fn stranger_reads_nothing() -> Res {
 }
 
 /// Finding 1: a gateway reads the results of the requests it submitted, and nothing of
-/// another gateway's (NOT_FOUND, as for an unknown id, pending or final), nor the stream of
-/// every result; the results consumer reads and streams every result but submits nothing.
+/// another gateway's (NOT_FOUND, as for an unknown id, pending or final; streamed, see
+/// `foreign_and_unknown_ids_answer_alike`), nor the stream of every result; the results
+/// consumer reads and streams every result but submits nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_reads_only_its_own_results() -> Res {
     let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
@@ -282,14 +284,6 @@ async fn gateway_reads_only_its_own_results() -> Res {
         );
         assert_eq!(code(get(&rc[i], ia).await), tonic::Code::Ok, "node {i}");
         assert_eq!(code(get(&rc[i], ib).await), tonic::Code::Ok, "node {i}");
-        let other = g0[i]
-            .orb
-            .clone()
-            .stream_results(StreamResultsRequest {
-                request_ids: vec![ib.to_vec()],
-            })
-            .await;
-        assert_eq!(code(other), tonic::Code::NotFound, "node {i}");
         let all = g0[i]
             .orb
             .clone()
@@ -744,6 +738,314 @@ fn a_batch_at_the_largest_pass_succeeds() {
         ocelli_mpc::pipeline::LARGEST_MESSAGE_BYTES_PER_COMPARISON * allowed
     );
     assert!(largest <= PEER_MESSAGE_CAP - ocelli_node::config::MPC_FRAME_OVERHEAD);
+}
+
+/// A stranger cannot hold a node's connections: a TCP connection that never starts its TLS
+/// handshake (orb and peer port; or its request, metrics port), and one that completes TLS
+/// without a client certificate and then says nothing, are closed by the node within a few
+/// seconds (`connections.unauthenticated_timeout_ms`); a stranger's connection is closed soon
+/// after its first call is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_connections_are_closed() -> Res {
+    let mut c = Cluster::start(Arc::new(NotEvaluated)).await?;
+    let timeout = c.configs[0].connections.unauthenticated_timeout();
+    let bound = timeout + Duration::from_secs(2);
+    let (orb, peer) = (c.configs[0].listen.orb, c.configs[0].listen.peer);
+    let silent_orb = tokio::net::TcpStream::connect(orb).await?;
+    let silent_peer = tokio::net::TcpStream::connect(peer).await?;
+    let silent_metrics = tokio::net::TcpStream::connect(c.configs[0].listen.metrics).await?;
+    let no_certificate = tokio_rustls::TlsConnector::from(ocelli_node::tls::orb_client_config(
+        &c.keys.ca_cert(),
+        None,
+    )?)
+    .connect(
+        ocelli_node::tls::server_name_of("localhost")?,
+        tokio::net::TcpStream::connect(orb).await?,
+    )
+    .await?;
+    let (silent_orb, silent_peer, silent_metrics, no_certificate) = tokio::join!(
+        closed_within(silent_orb, bound),
+        closed_within(silent_peer, bound),
+        closed_within(silent_metrics, bound),
+        closed_within(no_certificate, bound),
+    );
+    eprintln!(
+        "closed after: silent on the orb port {:?}, on the peer port {:?}, on the metrics port \
+         {:?}, TLS without a certificate {:?}",
+        silent_orb, silent_peer, silent_metrics, no_certificate
+    );
+    silent_orb.map_err(|e| format!("silent TCP on the orb port: {e}"))?;
+    silent_peer.map_err(|e| format!("silent TCP on the peer port: {e}"))?;
+    silent_metrics.map_err(|e| format!("silent TCP on the metrics port: {e}"))?;
+    no_certificate.map_err(|e| format!("TLS without a client certificate: {e}"))?;
+
+    // Refused once, the connection goes well before its idle time is up (the client, kept,
+    // would hold it open).
+    let mut stranger = c.stranger(1);
+    let refused = code(stranger.health.check(HealthCheckRequest {}).await);
+    assert_eq!(refused, tonic::Code::Unauthenticated);
+    let refused_at = std::time::Instant::now();
+    let metrics = c.configs[1].listen.metrics;
+    let held = || async move {
+        let page = http_get(metrics, "/metrics").await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+            page.lines()
+                .find(|l| l.starts_with("ocelli_unauthenticated_connections") && l.contains("orb"))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<u64>().ok()),
+        )
+    };
+    while held().await? != Some(0) {
+        assert!(
+            refused_at.elapsed() < timeout / 2,
+            "a refused stranger's connection is still open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("refused stranger closed after {:?}", refused_at.elapsed());
+    drop(stranger);
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// 1,200 idle TCP connections to one node's orb port, whose process may hold 1,024
+/// descriptors, do not keep a request from becoming final: the node closes the strangers'
+/// connections beyond its caps, and its gateway connection and MPC links still open. Three
+/// `ocelli-node serve` processes with the real matching pipeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_strangers_do_not_stall_batches() -> Res {
+    const STRANGERS: usize = 1_200;
+    // This process holds the strangers' ends of the connections.
+    let limit = ocelli_mpc::process::raise_open_files_limit()?;
+    if limit.now < STRANGERS as u64 + 200 {
+        return Err(format!(
+            "needs {} descriptors; the hard limit is {}",
+            STRANGERS + 200,
+            limit.now
+        )
+        .into());
+    }
+    let nodes = NodeProcesses::start(0, 1_024).await?;
+    let orb0 = nodes.deployment.configs[0].listen.orb;
+    // From another address than the gateway's, as a stranger on the network would be.
+    let stranger_addr: std::net::SocketAddr = "127.0.0.2:0".parse()?;
+    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut strangers = Vec::new();
+    for n in 0..STRANGERS {
+        // A few at a time, so that they reach the node rather than overflow its listen queue.
+        if n % 50 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (opened, closed) = (opened.clone(), closed.clone());
+        strangers.push(tokio::spawn(async move {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(stranger_addr)?;
+            let connect = tokio::time::timeout(Duration::from_secs(2), socket.connect(orb0));
+            if let Ok(Ok(conn)) = connect.await {
+                opened.fetch_add(1, Ordering::SeqCst);
+                if closed_within(conn, Duration::from_secs(60)).await.is_ok() {
+                    closed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            Ok::<_, std::io::Error>(())
+        }));
+    }
+    // Until every connection is open, or its attempt gave up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while opened.load(Ordering::SeqCst) < STRANGERS && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let started = std::time::Instant::now();
+    let orb = nodes.deployment.orb()?;
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(5);
+    let meta = sdk_orb::envelope::RequestMeta {
+        request_id: sdk_orb::RequestId::random(&mut rng),
+        request_type: sdk_orb::RequestType::Uniqueness,
+        timestamp_ms: ocelli_node::node::now_ms(),
+        serial_id: 0,
+        or_policy: false,
+    };
+    let left = sdk_orb::template::random(&mut rng, 0.1);
+    let right = sdk_orb::template::random(&mut rng, 0.1);
+    let env = orb.envelope(&mut rng, &meta, &left, &right)?;
+    let outcome = async {
+        orb.submit(&env).await?;
+        orb.result(&meta.request_id, Duration::from_secs(20)).await
+    }
+    .await;
+    let took = started.elapsed();
+    let (opened, closed_by_then) = (opened.load(Ordering::SeqCst), closed.load(Ordering::SeqCst));
+    let result = outcome.map_err(|e| {
+        format!(
+            "{e} ({opened} strangers connected, {closed_by_then} closed by the node); party 0's \
+             log:\n{}",
+            nodes.log_tail(0)
+        )
+    })?;
+    eprintln!(
+        "final after {took:?}; {opened} of {STRANGERS} strangers connected, {closed_by_then} \
+         closed by the node by then"
+    );
+    assert_eq!(result.status, ResultStatus::UniqueEnrolled as i32);
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_eq!(
+        opened, STRANGERS,
+        "the node left connections in its listen queue"
+    );
+    for s in strangers {
+        s.abort();
+    }
+    Ok(())
+}
+
+/// A `StreamResults` call names at most 1,000 request ids: 1,001 are refused with
+/// INVALID_ARGUMENT, 1,000 are accepted and the named result arrives. A client holds at most
+/// `connections.max_result_streams_per_client` streams open (RESOURCE_EXHAUSTED beyond), and
+/// one it hangs up on is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_results_bounds_its_ids() -> Res {
+    use ocelli_node::server::MAX_STREAM_IDS;
+    assert_eq!(MAX_STREAM_IDS, 1_000);
+    let mut c = Cluster::start_with(Arc::new(DangerEnrolEverythingForTests), &|c| {
+        c.connections.max_result_streams_per_client = 2;
+    })
+    .await?;
+    let env = c.envelope();
+    let id = id_of(&env)?;
+    submit_everywhere(&c, &env).await?;
+    let mut ids: Vec<Vec<u8>> = (1..MAX_STREAM_IDS as u32)
+        .map(|n| {
+            let mut other = [0xEE; 16];
+            other[..4].copy_from_slice(&n.to_be_bytes());
+            other.to_vec()
+        })
+        .collect();
+    ids.push(id.to_vec());
+    let mut gateway = c.client(0).orb;
+    let mut too_many = ids.clone();
+    too_many.push(vec![0xEF; 16]);
+    let refused = gateway
+        .stream_results(StreamResultsRequest {
+            request_ids: too_many,
+        })
+        .await;
+    assert_eq!(code(refused), tonic::Code::InvalidArgument);
+    let mut stream = gateway
+        .stream_results(StreamResultsRequest { request_ids: ids })
+        .await?
+        .into_inner();
+    let r = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await?
+        .ok_or("stream ended")??;
+    assert_eq!(NodeResult::decode(r.result.as_slice())?.request_id, id);
+
+    // The first stream still waits on 999 ids: a second fits, a third does not.
+    let unknown = || StreamResultsRequest {
+        request_ids: vec![[0x11; 16].to_vec()],
+    };
+    let second = gateway.stream_results(unknown()).await?;
+    let third = gateway.stream_results(unknown()).await;
+    assert_eq!(code(third), tonic::Code::ResourceExhausted);
+    let other_gateway = c
+        .client_as(0, &c.keys.gateway(1))
+        .orb
+        .stream_results(unknown())
+        .await;
+    assert_eq!(
+        code(other_gateway),
+        tonic::Code::Ok,
+        "the cap is per client"
+    );
+    drop((stream, second));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while code(gateway.stream_results(unknown()).await) != tonic::Code::Ok {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "streams the client hung up on are still counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.stop_all().await?;
+    Ok(())
+}
+
+/// A gateway cannot tell another gateway's request from an unknown one by `StreamResults`:
+/// both are waited for and never delivered, and a stream naming one beside its own request
+/// delivers its own only. `Submit` names no serial id it refuses in `or_serial_ids`: any
+/// unknown serial reads alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_and_unknown_ids_answer_alike() -> Res {
+    let mut c = Cluster::start(Arc::new(DangerEnrolEverythingForTests)).await?;
+    let g0 = c.client_as(0, &c.keys.gateway(0));
+    let g1 = c.client_as(0, &c.keys.gateway(1));
+    let (own, foreign) = (c.envelope(), c.envelope());
+    submit_everywhere(&c, &own).await?;
+    for i in 0..3 {
+        submit_via(&[c.client_as(i, &c.keys.gateway(1))], &foreign).await?;
+    }
+    c.wait_drained(Duration::from_secs(20)).await?;
+    let (own, foreign) = (id_of(&own)?, id_of(&foreign)?);
+    let quiet = Duration::from_millis(500);
+    for named in [vec![foreign.to_vec()], vec![[0x5A; 16].to_vec()]] {
+        let mut stream = g0
+            .orb
+            .clone()
+            .stream_results(StreamResultsRequest { request_ids: named })
+            .await?
+            .into_inner();
+        assert!(
+            tokio::time::timeout(quiet, stream.next()).await.is_err(),
+            "the stream answered"
+        );
+    }
+    let mut both = g0
+        .orb
+        .clone()
+        .stream_results(StreamResultsRequest {
+            request_ids: vec![foreign.to_vec(), own.to_vec()],
+        })
+        .await?
+        .into_inner();
+    let r = both.next().await.ok_or("stream ended")??;
+    assert_eq!(NodeResult::decode(r.result.as_slice())?.request_id, own);
+    assert!(tokio::time::timeout(quiet, both.next()).await.is_err());
+    // The other gateway streams its own.
+    let mut theirs = g1
+        .orb
+        .clone()
+        .stream_results(StreamResultsRequest {
+            request_ids: vec![foreign.to_vec()],
+        })
+        .await?
+        .into_inner();
+    let r = theirs.next().await.ok_or("stream ended")??;
+    assert_eq!(NodeResult::decode(r.result.as_slice())?.request_id, foreign);
+
+    let mut refusals = Vec::new();
+    for serial in [7u64, 8] {
+        let s = c
+            .client(0)
+            .orb
+            .submit(SubmitRequest {
+                envelope: c.envelope(),
+                or_serial_ids: vec![serial],
+            })
+            .await
+            .err()
+            .ok_or("an unknown serial id was accepted")?;
+        assert_eq!(s.code(), tonic::Code::InvalidArgument);
+        assert!(
+            !s.message().contains(&serial.to_string()),
+            "{}",
+            s.message()
+        );
+        refusals.push(s.message().to_owned());
+    }
+    assert_eq!(refusals[0], refusals[1]);
+    c.stop_all().await?;
+    Ok(())
 }
 
 /// The HPKE key rotation of docs/operations.md, step by step, on the real MPC evaluator: 20

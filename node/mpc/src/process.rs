@@ -106,3 +106,70 @@ pub fn tune_malloc() {
         libc::mallopt(libc::M_TOP_PAD, 128 << 20);
     }
 }
+
+/// This process's limit on open descriptors, before and after [`raise_open_files_limit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFilesLimit {
+    /// The soft limit found.
+    pub before: u64,
+    /// The soft limit in force now.
+    pub now: u64,
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit. A node holds one per
+/// connection, MPC link and store file, and many systems start a process at a soft limit of
+/// 1,024 while allowing far more: what runs out first then is the descriptors, for strangers'
+/// connections and the node's own links alike.
+///
+/// # Errors
+/// The limits cannot be read, or the system refuses the raise.
+#[allow(unsafe_code)]
+pub fn raise_open_files_limit() -> std::io::Result<OpenFilesLimit> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the rlimit it is pointed at and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let before = rlim_u64(limit.rlim_cur);
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: setrlimit only reads the rlimit it is pointed at; a soft limit up to the hard
+        // one is always a valid request.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(OpenFilesLimit {
+        before,
+        now: rlim_u64(limit.rlim_cur),
+    })
+}
+
+/// `rlim_t` is `u64` on Linux and macOS, another width elsewhere.
+#[allow(clippy::unnecessary_cast)]
+fn rlim_u64(v: libc::rlim_t) -> u64 {
+    v as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_files_limit_rises_to_the_hard_limit() -> std::io::Result<()> {
+        let first = raise_open_files_limit()?;
+        assert!(first.now >= first.before);
+        let again = raise_open_files_limit()?;
+        assert_eq!(
+            again,
+            OpenFilesLimit {
+                before: first.now,
+                now: first.now
+            }
+        );
+        Ok(())
+    }
+}

@@ -248,6 +248,9 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     ocelli_mpc::process::tune_malloc();
+    // Every connection, MPC link and store file takes a descriptor; a soft limit of 1,024 left
+    // below a far higher hard one would run out first.
+    let open_files = ocelli_mpc::process::raise_open_files_limit();
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen {
@@ -446,6 +449,10 @@ fn main() -> ExitCode {
         Command::Recover { config } => run_async(recover(config)),
         Command::Serve { config, json_logs } => {
             init_logging(json_logs);
+            match open_files {
+                Ok(l) => tracing::info!(before = l.before, now = l.now, "open-files limit"),
+                Err(e) => tracing::warn!(error = %e, "could not raise the open-files limit"),
+            }
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

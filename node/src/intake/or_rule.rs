@@ -18,8 +18,8 @@ pub const MAX_OR_SERIAL_IDS: usize = 64;
 /// increasing (one encoding per set), each enrolled on this node now.
 ///
 /// # Errors
-/// [`RejectReason::InvalidRequest`] saying which rule failed (ids are public, so the message
-/// names the offending id).
+/// [`RejectReason::InvalidRequest`] saying which rule failed. A set with an id not enrolled
+/// reads the same whichever id it is: the answer does not tell which serial ids exist.
 pub fn check(
     ids: &[u64],
     request_type: sdk_orb::RequestType,
@@ -44,10 +44,8 @@ pub fn check(
     if ids.windows(2).any(|w| w[0] >= w[1]) {
         return invalid("or_serial_ids: serial ids must be strictly increasing".into());
     }
-    if let Some(unknown) = ids.iter().find(|&&id| !enrolled(id)) {
-        return invalid(format!(
-            "or_serial_ids: serial id {unknown} is not enrolled"
-        ));
+    if !ids.iter().all(|&id| enrolled(id)) {
+        return invalid("or_serial_ids: a serial id named is not enrolled".into());
     }
     Ok(())
 }
@@ -86,13 +84,16 @@ mod tests {
             (&too_many, T::Uniqueness, "65 serial ids, at most 64"),
             (&[5, 1], T::Uniqueness, "strictly increasing"),
             (&[5, 5], T::Uniqueness, "strictly increasing"),
-            (&[5, 101], T::Uniqueness, "serial id 101 is not enrolled"),
+            (&[5, 101], T::Uniqueness, "not enrolled"),
         ];
         for (ids, t, want) in cases {
             let e = check(ids, t, enrolled).expect_err("refused");
             assert_eq!(e.reason, RejectReason::InvalidRequest);
             assert!(e.message.contains(want), "{}", e.message);
         }
+        let unknown = |ids: &[u64]| check(ids, T::Uniqueness, enrolled).map_err(|e| e.message);
+        assert_eq!(unknown(&[5, 101]), unknown(&[102]));
+        assert_eq!(unknown(&[101, 102]), unknown(&[7, 500]));
         let d = EnvelopeDigest([7; 32]);
         assert_eq!(request_digest(d, &[]), d);
         assert_ne!(request_digest(d, &[1]), d);

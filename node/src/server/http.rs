@@ -3,18 +3,20 @@
 //! runs), `/readyz` (200 when ready, else 503).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::node::NodeState;
+use crate::tls::{Admission, BufferedTcp};
 
-/// Serves until `shutdown` turns true.
+/// Serves until `shutdown` turns true. Nobody authenticates here: every connection holds a slot
+/// of `admission` and is closed at its deadline.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<NodeState>,
+    admission: Arc<Admission>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -22,17 +24,18 @@ pub async fn serve(
             c = listener.accept() => c,
             _ = shutdown.wait_for(|s| *s) => break,
         };
-        let Ok((stream, _)) = conn else {
+        let Ok((stream, addr)) = conn else {
             continue;
         };
+        let stream = BufferedTcp::admitted(stream, admission.admit(addr.ip()));
         let st = state.clone();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(5), handle(stream, &st)).await;
+            let _ = handle(stream, &st).await;
         });
     }
 }
 
-async fn handle(mut stream: TcpStream, state: &NodeState) -> std::io::Result<()> {
+async fn handle(mut stream: BufferedTcp, state: &NodeState) -> std::io::Result<()> {
     let mut buf = vec![0u8; 4096];
     let mut n = 0;
     while n < buf.len() {

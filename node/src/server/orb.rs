@@ -1,8 +1,8 @@
 //! The orb-facing gRPC services: `OrbService` and `Health`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::Stream;
 use prost::Message;
@@ -12,7 +12,7 @@ use shared_proto::v1::{
     GetResultRequest, HealthCheckRequest, HealthCheckResponse, SignedResult, StreamResultsRequest,
     SubmitRequest, SubmitResponse,
 };
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{Request, Response, Status};
 
 use crate::ids::{RequestId, SerialId};
@@ -21,22 +21,26 @@ use crate::node::{now_ms, NodeState};
 use crate::store::{RequestRecord, RequestState};
 use crate::tls::{OrbCaller, OrbClients, OrbRole};
 
+use super::results::{self, ResultWaiters};
+
 /// Authenticates every orb-API call (`OrbService` and `Health`) by the client certificate the
 /// TLS handshake verified and pinned, and hands the [`OrbCaller`] to the handlers. A caller
-/// without one gets UNAUTHENTICATED and nothing else.
+/// without one gets UNAUTHENTICATED and nothing else, and its connection closes soon after.
 #[derive(Clone, Debug)]
 pub struct Authenticate(pub OrbClients);
 
 impl tonic::service::Interceptor for Authenticate {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let caller = request
-            .peer_certs()
-            .and_then(|certs| certs.first().and_then(|c| self.0.caller_of(c)))
-            .ok_or_else(|| {
-                Status::unauthenticated(
-                    "the orb API needs a gateway or results-consumer client certificate",
-                )
-            })?;
+        let caller = crate::tls::client_certs(&request)
+            .and_then(|certs| certs.first().and_then(|c| self.0.caller_of(c)));
+        let Some(caller) = caller else {
+            if let Some(connection) = crate::tls::connection(&request) {
+                connection.get_ref().refused();
+            }
+            return Err(Status::unauthenticated(
+                "the orb API needs a gateway or results-consumer client certificate",
+            ));
+        };
         request.extensions_mut().insert(caller);
         Ok(request)
     }
@@ -50,15 +54,9 @@ fn caller<T>(request: &Request<T>) -> Result<OrbCaller, Status> {
         .ok_or_else(|| Status::unauthenticated("no authenticated caller"))
 }
 
-/// [`may_read`] by the request's record in the store.
-fn may_read_now(state: &NodeState, caller: &OrbCaller, id: &RequestId) -> bool {
-    caller.role == OrbRole::ResultsConsumer
-        || matches!(state.store.request(id), Ok(r) if may_read(caller, r.as_ref()))
-}
-
 /// Whether `caller` may read the result of a request whose record is `record`: a results
 /// consumer reads every result, a gateway only those of the requests it submitted.
-fn may_read(caller: &OrbCaller, record: Option<&RequestRecord>) -> bool {
+pub(crate) fn may_read(caller: &OrbCaller, record: Option<&RequestRecord>) -> bool {
     match caller.role {
         OrbRole::ResultsConsumer => true,
         OrbRole::Gateway => record.is_some_and(|r| r.submitter == caller.id),
@@ -70,16 +68,33 @@ fn may_read(caller: &OrbCaller, record: Option<&RequestRecord>) -> bool {
 pub struct OrbApi {
     state: Arc<NodeState>,
     limit: Arc<Semaphore>,
+    waiters: Arc<ResultWaiters>,
+    streams: Arc<StreamLimits>,
 }
 
 impl OrbApi {
-    /// Wraps the state; at most `intake.max_concurrent` submissions run at once.
+    /// Wraps the state; at most `intake.max_concurrent` submissions run at once, and each
+    /// client holds at most `connections.max_result_streams_per_client` result streams.
     pub fn new(state: Arc<NodeState>) -> Self {
         let n = state.config.intake.max_concurrent;
+        let streams = StreamLimits {
+            per_client: state.config.connections.max_result_streams_per_client,
+            open: Mutex::default(),
+        };
         Self {
             state,
             limit: Arc::new(Semaphore::new(n)),
+            waiters: Arc::default(),
+            streams: Arc::new(streams),
         }
+    }
+
+    /// Hands finalised results to the `StreamResults` calls that named them; runs until the
+    /// node state is dropped. Calls naming ids receive nothing without it.
+    pub fn dispatch_results(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let results = self.state.results_tx.subscribe();
+        let waiters = self.waiters.clone();
+        async move { waiters.dispatch(results).await }
     }
 
     fn reject(&self, r: Rejection) -> Status {
@@ -103,9 +118,40 @@ pub(crate) fn parse_id(b: &[u8]) -> Result<RequestId, Status> {
         .ok_or_else(|| Status::invalid_argument("request_id must be exactly 16 bytes"))
 }
 
-/// The request ids of `StreamResults` (empty: every new result).
+/// The most request ids one `StreamResults` call may name.
+pub const MAX_STREAM_IDS: usize = 1_000;
+
+/// The request ids of `StreamResults` (empty: every new result), at most [`MAX_STREAM_IDS`].
 pub(crate) fn parse_ids(ids: &[Vec<u8>]) -> Result<HashSet<RequestId>, Status> {
+    if ids.len() > MAX_STREAM_IDS {
+        return Err(Status::invalid_argument(format!(
+            "at most {MAX_STREAM_IDS} request ids per call"
+        )));
+    }
     ids.iter().map(|b| parse_id(b)).collect()
+}
+
+/// The `StreamResults` calls each orb client holds open, at most `per_client`.
+#[derive(Debug)]
+struct StreamLimits {
+    per_client: usize,
+    /// By client id; as many entries as configured clients.
+    open: Mutex<HashMap<[u8; 32], Arc<Semaphore>>>,
+}
+
+impl StreamLimits {
+    fn open(&self, who: &OrbCaller) -> Result<OwnedSemaphorePermit, Status> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let client = open
+            .entry(who.id)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_client)));
+        client.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "at most {} result streams open at once per client",
+                self.per_client
+            ))
+        })
+    }
 }
 
 type ResultStream = Pin<Box<dyn Stream<Item = Result<SignedResult, Status>> + Send>>;
@@ -239,97 +285,23 @@ impl OrbService for OrbApi {
     ) -> Result<Response<Self::StreamResultsStream>, Status> {
         let who = caller(&request)?;
         let ids = parse_ids(&request.into_inner().request_ids)?;
-        match who.role {
-            OrbRole::ResultsConsumer => {}
-            OrbRole::Gateway if ids.is_empty() => {
-                return Err(Status::permission_denied(
-                    "only a results consumer streams every result; a gateway names its requests",
-                ))
-            }
-            OrbRole::Gateway => {
-                let st = self.state.clone();
-                let wanted = ids.clone();
-                // An id not received yet may be waited for (its result is checked again
-                // before it is sent); one another gateway submitted reads as unknown.
-                let all_own = tokio::task::spawn_blocking(move || {
-                    wanted.iter().all(|id| match st.store.request(id) {
-                        Ok(None) => true,
-                        Ok(r) => may_read(&who, r.as_ref()),
-                        Err(_) => false,
-                    })
-                })
-                .await
-                .map_err(|_| Status::internal("lookup failed"))?;
-                if !all_own {
-                    return Err(Status::not_found("unknown request id"));
-                }
-            }
+        if who.role == OrbRole::Gateway && ids.is_empty() {
+            return Err(Status::permission_denied(
+                "only a results consumer streams every result; a gateway names its requests",
+            ));
         }
-        // Subscribe before reading the store so nothing falls in between.
-        let mut rx = self.state.results_tx.subscribe();
+        let permit = self.streams.open(&who)?;
         let (tx, out) = tokio::sync::mpsc::channel::<Result<SignedResult, Status>>(64);
         let st = self.state.clone();
-        tokio::spawn(async move {
-            let mut waiting = ids.clone();
-            let filtered = !ids.is_empty();
-            for id in &ids {
-                if !may_read_now(&st, &who, id) {
-                    continue;
-                }
-                if let Ok(Some(b)) = st.store.result(id) {
-                    if let Ok(s) = SignedResult::decode(b.as_slice()) {
-                        waiting.remove(id);
-                        if tx.send(Ok(s)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-            let drained = st.drained();
-            tokio::pin!(drained);
-            while !filtered || !waiting.is_empty() {
-                let received = tokio::select! {
-                    r = rx.recv() => r,
-                    // A graceful shutdown waits on open calls: end this one, so the server
-                    // stops and the orb, told why, asks the restarted node with GetResult.
-                    () = &mut drained => {
-                        let _ = tx
-                            .send(Err(Status::unavailable(
-                                "node shutting down; use GetResult once it is back",
-                            )))
-                            .await;
-                        return;
-                    }
-                };
-                match received {
-                    Ok(s) => {
-                        let id = shared_proto::v1::NodeResult::decode(s.result.as_slice())
-                            .ok()
-                            .and_then(|r| RequestId::from_slice(&r.request_id));
-                        let wanted = match id {
-                            Some(id) => {
-                                (!filtered || waiting.contains(&id))
-                                    && may_read_now(&st, &who, &id)
-                                    && (!filtered || waiting.remove(&id))
-                            }
-                            None => false,
-                        };
-                        if wanted && tx.send(Ok((*s).clone())).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        let _ = tx
-                            .send(Err(Status::resource_exhausted(format!(
-                                "stream fell behind by {n} results; use GetResult"
-                            ))))
-                            .await;
-                        return;
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
+        if ids.is_empty() {
+            let results = self.state.results_tx.subscribe();
+            tokio::spawn(results::stream_all(st, results, tx, permit));
+        } else {
+            // Ids are not checked against the store here: one not received yet may be waited
+            // for, and another gateway's reads exactly like it (waited for, never sent).
+            let waiters = self.waiters.clone();
+            tokio::spawn(results::stream_named(st, who, waiters, ids, tx, permit));
+        }
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(out),
         )))

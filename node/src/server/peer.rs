@@ -33,8 +33,7 @@ impl PeerApi {
     }
 
     fn caller<T>(&self, req: &Request<T>) -> Result<u8, Status> {
-        let certs = req
-            .peer_certs()
+        let certs = crate::tls::client_certs(req)
             .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
         let first = certs
             .first()

@@ -355,3 +355,111 @@ async fn batches_counted(c: &Cluster, node: usize, outcome: &str) -> Res<u64> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0))
 }
+
+/// Three `ocelli-node serve` processes on a fresh deployment directory (`Deployment`), party
+/// `limited` started with a descriptor limit (soft and hard) of `open_files`. Killed on drop.
+pub struct NodeProcesses {
+    pub deployment: ocelli_node::cluster::Deployment,
+    children: Vec<std::process::Child>,
+    logs: Vec<std::path::PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl NodeProcesses {
+    pub async fn start(limited: usize, open_files: u32) -> Res<Self> {
+        let dir = tempfile::tempdir()?;
+        let tweak = |t: &mut toml::Table| {
+            let mut batch = toml::Table::new();
+            batch.insert("interval_ms".into(), 20.into());
+            batch.insert("peer_rpc_timeout_ms".into(), 2_000.into());
+            t.insert("batch".into(), batch.into());
+            let mut matching = toml::Table::new();
+            matching.insert("round_timeout_ms".into(), 10_000.into());
+            t.insert("matching".into(), matching.into());
+        };
+        let (deployment, listeners) =
+            ocelli_node::cluster::Deployment::open_or_create(dir.path(), &tweak).await?;
+        // The processes bind these ports.
+        drop(listeners);
+        let mut children = Vec::new();
+        let mut logs = Vec::new();
+        for party in 0..3 {
+            let config = dir.path().join(format!("keys/party{party}.toml"));
+            let log = dir.path().join(format!("party{party}.log"));
+            let mut cmd = if party == limited {
+                // `ulimit -n` sets the soft and the hard limit: the node cannot raise it.
+                let mut sh = std::process::Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {open_files} && exec \"$0\" \"$@\""))
+                    .arg(env!("CARGO_BIN_EXE_ocelli-node"));
+                sh
+            } else {
+                std::process::Command::new(env!("CARGO_BIN_EXE_ocelli-node"))
+            };
+            let child = cmd
+                .arg("serve")
+                .arg("--config")
+                .arg(&config)
+                .env("OCELLI_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log)?)
+                .spawn()?;
+            children.push(child);
+            logs.push(log);
+        }
+        let nodes = Self {
+            deployment,
+            children,
+            logs,
+            _dir: dir,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for cfg in &nodes.deployment.configs {
+            while !http_get(cfg.listen.metrics, "/readyz")
+                .await
+                .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
+            {
+                if std::time::Instant::now() > deadline {
+                    return Err(format!("party {} did not become ready", cfg.party_id).into());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(nodes)
+    }
+
+    /// The last lines of party `party`'s log.
+    pub fn log_tail(&self, party: usize) -> String {
+        let log = std::fs::read_to_string(&self.logs[party]).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for NodeProcesses {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Reads from `conn` until the other side closes it; how long that took, or an error if it
+/// is still open after `bound`.
+pub async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    mut conn: S,
+    bound: Duration,
+) -> Res<Duration> {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(bound, async {
+        // A reset or an end of TLS without close_notify is a close too.
+        while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await
+    .map_err(|_| format!("still open after {bound:?}"))?;
+    Ok(started.elapsed())
+}
