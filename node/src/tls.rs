@@ -230,7 +230,7 @@ impl NodeTls {
             allowed: orb_clients.clone(),
         });
         let mut orb = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()?
+            .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(orb_verifier)
             .with_single_cert(chain.clone(), key.clone_key())?;
         orb.alpn_protocols = vec![b"h2".to_vec()];
@@ -243,7 +243,7 @@ impl NodeTls {
             allowed: peer_certs.clone(),
         });
         let mut peer_server = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()?
+            .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(pinned)
             .with_single_cert(chain.clone(), key.clone_key())?;
         peer_server.alpn_protocols = vec![b"h2".to_vec(), MPC_ALPN.to_vec()];
@@ -258,7 +258,7 @@ impl NodeTls {
                 expected: cert.clone(),
             });
             let mut c = ClientConfig::builder_with_provider(provider())
-                .with_safe_default_protocol_versions()?
+                .with_protocol_versions(&[&rustls::version::TLS13])?
                 .dangerous()
                 .with_custom_certificate_verifier(verifier)
                 .with_client_auth_cert(chain.clone(), key.clone_key())?;
@@ -287,7 +287,7 @@ pub fn orb_client_config(
 ) -> Result<Arc<ClientConfig>, TlsError> {
     let roots = roots(&load_certs(ca_pem)?)?;
     let builder = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
+        .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_root_certificates(roots);
     let mut c = match identity {
         Some((cert, key)) => builder.with_client_auth_cert(load_certs(cert)?, load_key(key)?)?,

@@ -1459,3 +1459,35 @@ async fn one_gateway_cannot_hold_back_others() -> Res {
     c.stop_all().await?;
     Ok(())
 }
+
+/// Every port speaks TLS 1.3 only: a client offering nothing newer than TLS 1.2 fails the
+/// handshake on the orb and the peer port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_1_2_is_refused() -> Res {
+    let mut c = Cluster::start(Arc::new(NotEvaluated)).await?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in ocelli_node::tls::load_certs(&c.keys.ca_cert())? {
+        roots.add(cert)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    for (tls12, code) in [(true, "refused"), (false, "accepted")] {
+        let versions: &[&rustls::SupportedProtocolVersion] = if tls12 {
+            &[&rustls::version::TLS12]
+        } else {
+            &[&rustls::version::TLS13]
+        };
+        let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(versions)?
+            .with_root_certificates(roots.clone())
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        for addr in [c.configs[0].listen.orb, c.configs[0].listen.peer] {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+            let handshake = connector.connect(name, tcp).await;
+            assert_eq!(handshake.is_err(), tls12, "TLS 1.2 {code} at {addr}");
+        }
+    }
+    c.stop_all().await?;
+    Ok(())
+}

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cargo build --release --locked -q -p ocelli-sdk-capi --lib --example seal_fixture
+cargo build --release --locked -q -p ocelli-sdk-capi --features test-rng --lib --example seal_fixture
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 lib="$target_dir/release/libocelli_sdk_capi.a"
@@ -13,7 +13,7 @@ lib="$target_dir/release/libocelli_sdk_capi.a"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The native libraries a Rust std staticlib needs on Linux.
-"${CC:-cc}" -std=c99 -Wall -Wextra -Werror -O2 -I sdk-orb/capi/include \
+"${CC:-cc}" -std=c99 -Wall -Wextra -Werror -O2 -DOCELLI_TEST_RNG -I sdk-orb/capi/include \
   sdk-orb/capi/examples/seal_fixture.c "$lib" -lpthread -ldl -lm -o "$work/seal_fixture_c"
 
 left=sdk-orb/examples/data/left.json

@@ -175,11 +175,13 @@ typedef struct {
  */
 typedef int32_t (*OcelliRngFn)(void *ctx, uint8_t *out, size_t len);
 
+#if defined(OCELLI_TEST_RNG)
 /**
  * A deterministic generator for tests and known-answer checks, never for enrolment: the
  * ChaCha20 stream (`rand_chacha::ChaCha20Rng`) of `seed`, read from 32-bit word `word_pos`
  * on. `ocelli_test_rng_fill` has the `OcelliRngFn` signature; a seal through it equals a
  * seal from Rust with `ChaCha20Rng::from_seed(seed)`.
+ * Only with the `test-rng` feature, so production firmware cannot link it.
  */
 typedef struct {
   /**
@@ -191,6 +193,7 @@ typedef struct {
    */
   uint64_t word_pos;
 } OcelliTestRng;
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -278,6 +281,7 @@ OcelliStatus ocelli_seal_envelope(OcelliRngFn rng,
                                   size_t out_len,
                                   size_t *written);
 
+#if defined(OCELLI_TEST_RNG)
 /**
  * Starts the test generator at the beginning of the stream of `seed` (32 bytes).
  *
@@ -285,7 +289,9 @@ OcelliStatus ocelli_seal_envelope(OcelliRngFn rng,
  * `rng` points to a writable `OcelliTestRng`; `seed` to 32 readable bytes.
  */
 OcelliStatus ocelli_test_rng_init(OcelliTestRng *rng, const uint8_t *seed);
+#endif
 
+#if defined(OCELLI_TEST_RNG)
 /**
  * An `OcelliRngFn` over an `OcelliTestRng` (`ctx`): the next `len` bytes of its stream.
  * Deterministic; for tests and known-answer checks only. Returns 0, or -1 for a null pointer.
@@ -294,6 +300,7 @@ OcelliStatus ocelli_test_rng_init(OcelliTestRng *rng, const uint8_t *seed);
  * `ctx` points to a writable `OcelliTestRng`; `out` to `len` writable bytes.
  */
 int32_t ocelli_test_rng_fill(void *ctx, uint8_t *out, size_t len);
+#endif
 
 #ifdef __cplusplus
 }  // extern "C"

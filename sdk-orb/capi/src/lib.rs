@@ -14,8 +14,11 @@ extern crate std;
 
 use core::ffi::c_void;
 
+#[cfg(feature = "test-rng")]
 use rand_chacha::ChaCha20Rng;
-use rand_core::{CryptoRng, RngCore, SeedableRng as _};
+#[cfg(feature = "test-rng")]
+use rand_core::SeedableRng as _;
+use rand_core::{CryptoRng, RngCore};
 use sdk_orb::envelope::{envelope_len, seal_envelope, EnvelopeError, RequestMeta};
 use sdk_orb::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey, KEY_BYTES};
 use sdk_orb::template::{IrisBits, MAX_VERSION_LEN, PACKED_BYTES};
@@ -148,6 +151,8 @@ pub type OcelliRngFn =
 /// ChaCha20 stream (`rand_chacha::ChaCha20Rng`) of `seed`, read from 32-bit word `word_pos`
 /// on. `ocelli_test_rng_fill` has the `OcelliRngFn` signature; a seal through it equals a
 /// seal from Rust with `ChaCha20Rng::from_seed(seed)`.
+/// Only with the `test-rng` feature, so production firmware cannot link it.
+#[cfg(feature = "test-rng")]
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OcelliTestRng {
@@ -496,6 +501,7 @@ fn seal(
 ///
 /// # Safety
 /// `rng` points to a writable `OcelliTestRng`; `seed` to 32 readable bytes.
+#[cfg(feature = "test-rng")]
 #[no_mangle]
 pub unsafe extern "C" fn ocelli_test_rng_init(
     rng: *mut OcelliTestRng,
@@ -516,6 +522,7 @@ pub unsafe extern "C" fn ocelli_test_rng_init(
 ///
 /// # Safety
 /// `ctx` points to a writable `OcelliTestRng`; `out` to `len` writable bytes.
+#[cfg(feature = "test-rng")]
 #[no_mangle]
 pub unsafe extern "C" fn ocelli_test_rng_fill(ctx: *mut c_void, out: *mut u8, len: usize) -> i32 {
     if ctx.is_null() || out.is_null() {
