@@ -452,6 +452,22 @@ async fn a_request_party0_lacks_times_out_in_a_batch() -> Res {
         agreed_status(&c, &id_of(&lacking)?).await?,
         ResultStatus::TimedOut
     );
+    // The gateway that submitted it reads all three results, party 0's included, though party
+    // 0 never received the request.
+    let keys = [0, 1, 2].map(|i| c.state(i).result_verifying_key());
+    let mut as_gateway = Vec::new();
+    for i in 0..3 {
+        let r = c
+            .client(i)
+            .orb
+            .get_result(GetResultRequest {
+                request_id: id_of(&lacking)?.to_vec(),
+            })
+            .await?;
+        as_gateway.push(r.into_inner());
+    }
+    let r = agree(&as_gateway, &keys, &id_of(&lacking)?)?;
+    assert_eq!(ResultStatus::try_from(r.status)?, ResultStatus::TimedOut);
     assert_eq!(
         agreed_status(&c, &id_of(&other)?).await?,
         ResultStatus::UniqueEnrolled

@@ -55,11 +55,15 @@ fn caller<T>(request: &Request<T>) -> Result<OrbCaller, Status> {
 }
 
 /// Whether `caller` may read the result of a request whose record is `record`: a results
-/// consumer reads every result, a gateway only those of the requests it submitted.
+/// consumer reads every result, a gateway those of the requests it submitted here, and those
+/// this node finalised without ever receiving them (a batch timed out a request only the
+/// other nodes held: no submitter is known here, and the gateway needs all three results).
 pub(crate) fn may_read(caller: &OrbCaller, record: Option<&RequestRecord>) -> bool {
     match caller.role {
         OrbRole::ResultsConsumer => true,
-        OrbRole::Gateway => record.is_some_and(|r| r.submitter == caller.id),
+        OrbRole::Gateway => {
+            record.is_some_and(|r| r.submitter == caller.id || r.submitter.is_empty())
+        }
     }
 }
 
