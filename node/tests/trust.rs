@@ -1,6 +1,7 @@
-//! Issue 12, one test per finding: who may read results, which outcomes a node signs, how
-//! time-outs and undecryptable requests are decided, and what a round message may carry.
-//! Three real nodes over real TLS wherever the finding is about the service.
+//! What each role can and cannot do (docs/threat-model.md): who may read results, which
+//! outcomes a node signs and applies, how time-outs and undecryptable requests are decided,
+//! key rotations, what a stranger's connections can hold, and what a round message may carry.
+//! Three real nodes over real TLS wherever the behaviour is the service's.
 
 #[path = "support/cluster.rs"]
 mod cluster;

@@ -99,11 +99,7 @@ fn evaluate_blocking(
         }
     }
     check_commit(commit, &meta)?;
-    let attested = state
-        .store
-        .attestation()?
-        .filter(|a| a.batch_id == commit.batch_id)
-        .map_or(0, |a| a.attempt);
+    let attested = attest::attested_attempt(state, commit.batch_id)?;
     if commit.attempt <= attested {
         tracing::warn!(
             batch_id = commit.batch_id,

@@ -81,6 +81,21 @@ pub fn batch_digest(
     h.finalize().into()
 }
 
+/// The attempt at batch `batch_id` this node last attested (0: none).
+///
+/// # Errors
+/// The store.
+pub(crate) fn attested_attempt(
+    state: &NodeState,
+    batch_id: u64,
+) -> Result<u32, crate::store::StoreError> {
+    Ok(state
+        .store
+        .attestation()?
+        .filter(|a| a.batch_id == batch_id)
+        .map_or(0, |a| a.attempt))
+}
+
 /// This node's attestation of `digest`.
 pub(crate) fn sign(state: &NodeState, digest: &[u8; 32]) -> BatchSignature {
     BatchSignature {

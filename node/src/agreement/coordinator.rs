@@ -354,11 +354,7 @@ fn next_attempt(
     batch_id: u64,
     votes: &BTreeMap<u8, BatchVote>,
 ) -> Result<u32, StoreError> {
-    let own = state
-        .store
-        .attestation()?
-        .filter(|a| a.batch_id == batch_id)
-        .map_or(0, |a| a.attempt);
+    let own = super::attest::attested_attempt(state, batch_id)?;
     let highest = votes
         .values()
         .map(|v| v.attested_attempt)
@@ -636,11 +632,7 @@ pub fn tally(
 /// Votes on a proposal (parties 1 and 2).
 pub fn vote(state: &NodeState, proposal: &BatchProposal) -> Result<BatchVote, StoreError> {
     let meta = state.store.meta()?;
-    let attested_attempt = state
-        .store
-        .attestation()?
-        .filter(|a| a.batch_id == proposal.batch_id)
-        .map_or(0, |a| a.attempt);
+    let attested_attempt = super::attest::attested_attempt(state, proposal.batch_id)?;
     let mut q = state.queue();
     Ok(vote_on(
         &mut q,
