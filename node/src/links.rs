@@ -15,8 +15,10 @@
 //! messages from it. The party with the lower id dials ([`MpcDialer::dial`]); the other
 //! side's peer port hands the connection to its [`LinkHub`], where the protocol picks it up
 //! with [`LinkHub::accept`]. Both sides name the link by a session id (e.g. the batch id);
-//! the dialer's party id comes from its pinned certificate. Messages are queued without
-//! bound (one protocol round is at most a few messages per direction).
+//! the dialer's party id comes from its pinned certificate. Nothing of an accepted link is read
+//! past its session id until the protocol claims it, so a link nobody claims holds no buffer
+//! (TCP holds the peer back); a claimed link's messages are queued without bound (one
+//! protocol round is at most a few messages per direction, each at most the frame cap).
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -199,15 +201,24 @@ where
 /// so at most two links wait at once unless a session failed before claiming its own.
 pub const UNCLAIMED_LINKS: usize = 8;
 
+/// An accepted link not yet claimed: starting it begins reading its frames.
+type Unstarted = Box<dyn FnOnce() -> MpcLink + Send>;
+
 /// Incoming links waiting to be claimed, by (session id, peer party), oldest first.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct LinkHub {
-    waiting: Mutex<VecDeque<((u64, u8), MpcLink)>>,
+    waiting: Mutex<VecDeque<((u64, u8), Unstarted)>>,
     arrived: Notify,
 }
 
+impl std::fmt::Debug for LinkHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkHub").finish_non_exhaustive()
+    }
+}
+
 impl LinkHub {
-    fn offer(&self, session: u64, peer: u8, link: MpcLink) {
+    fn offer(&self, session: u64, peer: u8, link: Unstarted) {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         waiting.retain(|(key, _)| *key != (session, peer));
         waiting.push_back(((session, peer), link));
@@ -246,8 +257,8 @@ impl LinkHub {
                 let at = waiting.iter().position(|(key, _)| *key == (session, peer));
                 at.and_then(|at| waiting.remove(at))
             };
-            if let Some((_, link)) = claimed {
-                return Ok(link);
+            if let Some((_, start)) = claimed {
+                return Ok(start());
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Err(LinkError::NotOpened { peer, session });
@@ -284,7 +295,11 @@ pub(crate) async fn serve(
     }
     let session = u64::from_le_bytes(session);
     tls.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER));
-    hub.offer(session, peer, spawn_link(tls, peer, session));
+    hub.offer(
+        session,
+        peer,
+        Box::new(move || spawn_link(tls, peer, session)),
+    );
 }
 
 /// Opens MPC links to one peer.
@@ -437,15 +452,29 @@ mod tests {
     type Res = Result<(), Box<dyn std::error::Error>>;
 
     #[tokio::test]
-    async fn a_hub_keeps_the_newest_unclaimed_links() -> Res {
+    async fn a_hub_keeps_the_newest_unclaimed_links_and_starts_them_when_claimed() -> Res {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
         let hub = LinkHub::default();
-        let link = || MpcLink {
-            send: Box::new(|_| true),
-            recv: channel().1,
+        let started = Arc::new(AtomicUsize::new(0));
+        let link = || -> Unstarted {
+            let started = started.clone();
+            Box::new(move || {
+                started.fetch_add(1, Ordering::SeqCst);
+                MpcLink {
+                    send: Box::new(|_| true),
+                    recv: channel().1,
+                }
+            })
         };
         for session in 0..=UNCLAIMED_LINKS as u64 {
             hub.offer(session, 1, link());
         }
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            0,
+            "nothing read before a claim"
+        );
         let now = Duration::ZERO;
         assert!(
             hub.accept(0, 1, now).await.is_err(),
@@ -454,6 +483,7 @@ mod tests {
         for session in 1..=UNCLAIMED_LINKS as u64 {
             hub.accept(session, 1, now).await?;
         }
+        assert_eq!(started.load(Ordering::SeqCst), UNCLAIMED_LINKS);
         assert!(
             hub.accept(1, 1, now).await.is_err(),
             "a link is claimed once"
