@@ -33,7 +33,7 @@ use shared_proto::v1::{
 use support::*;
 use tokio_stream::StreamExt;
 
-/// Finding 5: the pass size the docs recommended (16,777,216) is refused when the config is
+/// The pass size the docs recommended (16,777,216) is refused when the config is
 /// validated, with the largest allowed value in the error; at the largest allowed value the
 /// largest round message of a batch of `batch.max_size` requests crosses a real node-to-node
 /// link in one frame.
@@ -85,7 +85,7 @@ async fn largest_pass_fits_messages() -> Res {
     Ok(())
 }
 
-/// Finding 6: three validly signed, identical results of another request are refused by the
+/// Three validly signed, identical results of another request are refused by the
 /// client: a node (or anyone between the orb and the nodes) cannot answer one request with
 /// another's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +113,7 @@ async fn client_checks_result_request_id() -> Res {
     Ok(())
 }
 
-/// Finding 6: an explicit zero `serial_id` (field 5) or `party_id` (party 0's sealed payload)
+/// An explicit zero `serial_id` (field 5) or `party_id` (party 0's sealed payload)
 /// gives a validly signed envelope a second encoding; every node refuses it as malformed,
 /// and the SDK parser refuses it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +147,7 @@ async fn envelope_zero_fields_rejected() -> Res {
     Ok(())
 }
 
-/// Finding 6: `keygen --force` over an existing, world-readable key file leaves it 0600.
+/// `keygen --force` over an existing, world-readable key file leaves it 0600.
 #[test]
 fn keygen_force_makes_existing_key_files_private() -> Res {
     use std::os::unix::fs::PermissionsExt;
@@ -163,7 +163,7 @@ fn keygen_force_makes_existing_key_files_private() -> Res {
     Ok(())
 }
 
-/// Finding 1: a caller holding only the CA certificate gets UNAUTHENTICATED and no data from
+/// A caller holding only the CA certificate gets UNAUTHENTICATED and no data from
 /// every call of the orb API (submit, result, stream, health); one presenting a CA-signed
 /// certificate that is not a configured orb client (a node's) does not get past the
 /// handshake; the enrolled count is on the metrics port, not in Health.
@@ -235,7 +235,7 @@ async fn stranger_reads_nothing() -> Res {
     Ok(())
 }
 
-/// Finding 1: a gateway reads the results of the requests it submitted, and nothing of
+/// A gateway reads the results of the requests it submitted, and nothing of
 /// another gateway's (NOT_FOUND, as for an unknown id, pending or final; streamed, see
 /// `foreign_and_unknown_ids_answer_alike`), nor the stream of every result; the results
 /// consumer reads and streams every result but submits nothing.
@@ -322,7 +322,7 @@ async fn gateway_reads_only_its_own_results() -> Res {
     Ok(())
 }
 
-/// Finding 4: a node that cannot open pending payloads (its HPKE key was rotated without
+/// A node that cannot open pending payloads (its HPKE key was rotated without
 /// keeping the old one) votes so; the requests (a deletion and an enrolment) get the same
 /// signed UNOPENABLE result on all three nodes, nothing is deleted or enrolled anywhere, the
 /// stores stay identical, and the next batch runs normally.
@@ -353,7 +353,7 @@ async fn undecryptable_request_fails_identically() -> Res {
     Ok(())
 }
 
-/// Finding 4: the documented HPKE rotation with envelopes pending: the node keeps the old key
+/// The documented HPKE rotation with envelopes pending: the node keeps the old key
 /// as `keys.hpke_previous_secret`, so the pending deletion and enrolment run as usual on all
 /// three nodes; a new envelope sealed to the old key is refused (`decryption_failed`), one
 /// sealed to the new key is accepted and evaluated.
@@ -394,7 +394,7 @@ async fn key_rotation_with_pending_envelopes() -> Res {
     Ok(())
 }
 
-/// Finding 3: a batch that takes longer than twice the request timeout, with a request
+/// A batch that takes longer than twice the request timeout, with a request
 /// arriving meanwhile: no node times that request out on its own; all three answer it
 /// identically (enrolled in the next batch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,7 +426,7 @@ async fn slow_batch_does_not_split_results() -> Res {
     Ok(())
 }
 
-/// Finding 3: a request party 0 never received is timed out by a committed batch, with the
+/// A request party 0 never received is timed out by a committed batch, with the
 /// same result on all three nodes (the nodes holding it report it in their votes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_party0_lacks_times_out_in_a_batch() -> Res {
@@ -477,7 +477,7 @@ async fn a_request_party0_lacks_times_out_in_a_batch() -> Res {
     Ok(())
 }
 
-/// Finding 3: party 2 goes down after the MPC of a batch the two others then stored, and comes
+/// Party 2 goes down after the MPC of a batch the two others then stored, and comes
 /// back later than twice the request timeout: it times nothing out on its own, gets the batch
 /// replayed, and all three answer both that request and the next one identically.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,7 +545,7 @@ async fn batch_completed_by_one_node_only_runs_again() -> Res {
     Ok(())
 }
 
-/// Finding 2: party 0 sends party 2 a commit that claims recorded outcomes (an invented
+/// Party 0 sends party 2 a commit that claims recorded outcomes (an invented
 /// match for a request only party 2 holds): unsigned, signed by party 0 alone, or with a
 /// "party 1" signature party 0 made itself. Party 2 refuses each (PERMISSION_DENIED), logs and
 /// counts it, stores nothing; the request later runs normally and all three agree.
@@ -623,7 +623,7 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
     Ok(())
 }
 
-/// Finding 2: party 2 missed a batch (down after the MPC and its attestation). A replay of it with altered
+/// Party 2 missed a batch (down after the MPC and its attestation). A replay of it with altered
 /// outcomes (keeping the real attestations, or re-signed by party 0 alone) or without party
 /// 1's attestation is refused, logged and counted; the genuine replay then brings party 2 to
 /// the same state as the others.
@@ -693,7 +693,7 @@ async fn forged_catch_up_is_refused() -> Res {
     Ok(())
 }
 
-/// Finding 5, the full computation: one batch whose database pass is exactly the largest the
+/// The full computation: one batch whose database pass is exactly the largest the
 /// node allows (33 uniqueness requests against 8,199 entries: 270,567 pairs, padded to
 /// 16,776,704 comparisons), through the three-party pipeline in memory. It succeeds and no
 /// round message exceeds what a peer message carries. Ignored by default: several GB and
