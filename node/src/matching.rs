@@ -5,9 +5,9 @@
 //! committed requests (request types are public), opens its links to the two
 //! other parties for the commit's MPC session, agrees and confirms the pairwise
 //! PRF seeds on them with fresh ephemeral X25519 keys
-//! ([`ocelli_mpc::randomness::PairKeyExchange`]), and runs [`pipeline::evaluate`]. Matching sees the database as it
-//! was before the batch; the opened bits are turned into outcomes the same way
-//! on all three nodes.
+//! ([`ocelli_mpc::randomness::PairKeyExchange`]), and runs [`pipeline::evaluate`].
+//! Matching sees the database as it was before the batch; the opened bits are
+//! turned into outcomes the same way on all three nodes.
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! A committed batch on one node, in two steps. [`evaluate_commit`] runs the MPC and signs
 //! what it opened, storing only its attestation; [`apply_commit`] applies outcomes attested by
-//! all three nodes, this one included: it assigns serial ids, signs the results and persists them atomically, then updates
-//! memory and publishes the results.
+//! all three nodes, this one included: it assigns serial ids, signs the results and persists
+//! them atomically, then updates memory and publishes the results.
 //!
 //! Nothing is applied on one node's own evaluation: the MPC can complete on one node and fail
 //! on the others (a party dies after its last message reached one peer but not the other), and
@@ -52,9 +52,9 @@ pub struct Evaluated {
 /// Evaluates a fresh commit on this node (the three-party matching runs with the peers) and
 /// signs the outcomes it opened, once per attempt: an attempt not newer than the last one
 /// this node attested for the batch is refused ([`ApplyError::StaleAttempt`]), and the
-/// attestation is recorded durably before it is returned. Stores nothing: the batch is applied by [`apply_commit`] once
-/// both other nodes' attestations of the same outcomes are in. For a batch this node already
-/// applied, answers with the logged outcomes.
+/// attestation is recorded durably before it is returned; nothing else is stored. The batch
+/// is applied by [`apply_commit`] once both other nodes' attestations of the same outcomes are
+/// in. For a batch this node already applied, answers with the logged outcomes.
 ///
 /// # Errors
 /// [`ApplyError`]: out of sequence, a commit that claims recorded outcomes, storage, or a
@@ -271,14 +271,13 @@ fn check_evidence(state: &NodeState, commit: &BatchCommit) -> Result<(), ApplyEr
     let timeout = state.config.batch.request_timeout_ms;
     // A quarter of the time-out for the nodes' clocks and arrival times to differ.
     let min_wait_ms = timeout - timeout / 4;
-    let lookup = |id: &RequestId| {
-        let rec = state.store.request(id).ok().flatten()?;
-        Some(HeldHere {
+    let lookup = |id: &RequestId| -> Result<Option<HeldHere>, ApplyError> {
+        Ok(state.store.request(id)?.map(|rec| HeldHere {
             pending: rec.state() == Some(RequestState::Pending),
             received_ms: rec.received_ms,
             digest: rec.digest,
             opens: !state.unopenable.contains(id),
-        })
+        }))
     };
     let checked = check_items(
         commit,

@@ -97,18 +97,19 @@ pub(crate) struct HeldHere {
 /// therefore cannot finalise a request against the evidence of a node that attests the batch.
 ///
 /// # Errors
-/// [`ApplyError::Unfounded`] for the first item this node's evidence contradicts.
+/// [`ApplyError::Unfounded`] for the first item this node's evidence contradicts, or the
+/// lookup's error.
 pub(crate) fn check_items(
     commit: &BatchCommit,
     me: u8,
     now_ms: u64,
     min_wait_ms: u64,
-    held: impl Fn(&RequestId) -> Option<HeldHere>,
+    held: impl Fn(&RequestId) -> Result<Option<HeldHere>, ApplyError>,
 ) -> Result<(), ApplyError> {
     let unfounded = |id, reason| Err(ApplyError::Unfounded { id, reason });
     let named = |item: &shared_proto::v1::BatchItem| item.reported_by & (1 << me) != 0;
     for (id, _) in listed(&commit.timed_out) {
-        if let Some(h) = held(&id) {
+        if let Some(h) = held(&id)? {
             if h.pending && now_ms.saturating_sub(h.received_ms) < min_wait_ms {
                 return unfounded(id, "timed out, but pending here for less than the time-out");
             }
@@ -118,7 +119,7 @@ pub(crate) fn check_items(
         if item.reported_by == 0 {
             return unfounded(id, "digest mismatch reported by no node");
         }
-        if named(item) && held(&id).is_none_or(|h| h.digest == item.envelope_digest) {
+        if named(item) && held(&id)?.is_none_or(|h| h.digest == item.envelope_digest) {
             return unfounded(id, "digest mismatch, but this node holds the listed digest");
         }
     }
@@ -126,7 +127,7 @@ pub(crate) fn check_items(
         if item.reported_by == 0 {
             return unfounded(id, "unopenable reported by no node");
         }
-        if named(item) && held(&id).is_some_and(|h| h.opens) {
+        if named(item) && held(&id)?.is_some_and(|h| h.opens) {
             return unfounded(id, "unopenable, but this node opens it");
         }
     }
@@ -508,12 +509,12 @@ mod tests {
     fn items_are_checked_against_this_nodes_evidence() {
         let (recent, old, other) = ([1; 16], [2; 16], [3; 16]);
         let held = |id: &RequestId| {
-            (id.0 != other).then(|| HeldHere {
+            Ok((id.0 != other).then(|| HeldHere {
                 pending: true,
                 received_ms: if id.0 == recent { 9_000 } else { 1_000 },
                 digest: vec![1; 32],
                 opens: id.0 == recent,
-            })
+            }))
         };
         let item = |id: [u8; 16], digest: u8, reported_by: u32| BatchItem {
             request_id: id.to_vec(),

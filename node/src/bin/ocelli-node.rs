@@ -1,6 +1,6 @@
 //! `ocelli-node`: `keygen`, `serve`, `demo`, `local-cluster`, `submit`,
-//! `bench`, `migrate-store`, `allow-recovery`, `recover`. Only parses arguments and config and sets up logging; everything
-//! else lives in the library.
+//! `bench`, `migrate-store`, `allow-recovery`, `recover`. Only parses arguments and config
+//! and sets up logging; everything else lives in the library.
 
 #![forbid(unsafe_code)]
 
