@@ -144,24 +144,17 @@ impl Attestation {
     /// # Errors
     /// [`StoreError::Corrupt`] for a record of the wrong length.
     pub fn decode(b: &[u8]) -> Result<Self, StoreError> {
-        let b: &[u8; Self::ENCODED_LEN] = b
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("attestation"))?;
-        let (id, rest) = b.split_at(8);
-        let (attempt, digest) = rest.split_at(4);
+        if b.len() != Self::ENCODED_LEN {
+            return Err(StoreError::Corrupt("attestation"));
+        }
+        let (mut batch_id, mut attempt, mut digest) = ([0u8; 8], [0u8; 4], [0u8; 32]);
+        batch_id.copy_from_slice(&b[..8]);
+        attempt.copy_from_slice(&b[8..12]);
+        digest.copy_from_slice(&b[12..]);
         Ok(Self {
-            batch_id: u64::from_be_bytes(
-                id.try_into()
-                    .map_err(|_| StoreError::Corrupt("attestation"))?,
-            ),
-            attempt: u32::from_be_bytes(
-                attempt
-                    .try_into()
-                    .map_err(|_| StoreError::Corrupt("attestation"))?,
-            ),
-            digest: digest
-                .try_into()
-                .map_err(|_| StoreError::Corrupt("attestation"))?,
+            batch_id: u64::from_be_bytes(batch_id),
+            attempt: u32::from_be_bytes(attempt),
+            digest,
         })
     }
 }
