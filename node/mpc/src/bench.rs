@@ -14,6 +14,8 @@ use sdk_orb::{IrisTemplate, CODE_COEFS, MASK_COEFS};
 
 pub mod device;
 pub mod plaintext;
+pub mod self_check;
+pub mod timing;
 
 use crate::compare::{match_bits, or_blocks};
 use crate::db::{MatchDb, Part};

@@ -17,6 +17,10 @@ pub enum EngineError {
         "this build has no GPU engine: build with `cargo build --release -p ocelli-node --features gpu`"
     )]
     GpuNotBuilt,
+    /// A benchmark run failed (a phase's transport, or a replayed party sent what it had not
+    /// sent in the recorded run).
+    #[error("benchmark run: {0}")]
+    Bench(String),
     /// The GPU engine failed.
     #[cfg(feature = "gpu")]
     #[error("GPU engine: {0}")]

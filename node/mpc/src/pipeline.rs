@@ -16,7 +16,7 @@
 //! The eye rule is public per pair ([`PairRules`]): AND by default, OR for an OR-policy request,
 //! for the most recent database rows (lookback) and for rows the request names.
 
-mod query;
+pub(crate) mod query;
 mod reduce;
 
 use sdk_orb::plaintext::threshold_coefficient;

@@ -133,6 +133,12 @@ enum Command {
         /// the host's CPU threads.
         #[arg(long, default_value_t = 20_000)]
         pipeline_db: usize,
+        /// Instead of timing, check what the engines and the comparison phase compute:
+        /// sampled products, their match bits and whole-pipeline decisions reconstructed
+        /// from the three parties' shares against the plaintext reference (synthetic
+        /// people). Exits non-zero on any difference.
+        #[arg(long)]
+        self_check: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -396,6 +402,7 @@ fn main() -> ExitCode {
             kernel,
             devices,
             pipeline_db,
+            self_check,
             json,
         } => {
             let progress = |what: &str| {
@@ -403,6 +410,9 @@ fn main() -> ExitCode {
                     eprintln!("measuring: {what}");
                 }
             };
+            if self_check {
+                return bench_self_check(engine, kernel, &devices, json, progress);
+            }
             let printed: Result<(), Box<dyn std::error::Error>> = match engine {
                 ocelli_mpc::engine::EngineKind::Cpu => {
                     let config = ocelli_mpc::bench::BenchConfig {
@@ -619,6 +629,65 @@ fn print_report<R: serde::Serialize + std::fmt::Display>(
         println!("{report}");
     }
     Ok(())
+}
+
+/// `bench --self-check`: the report, and failure unless it passed.
+fn bench_self_check(
+    engine: ocelli_mpc::engine::EngineKind,
+    kernel: Option<ocelli_mpc::engine::Kernel>,
+    devices: &[usize],
+    json: bool,
+    progress: impl FnMut(&str),
+) -> ExitCode {
+    use ocelli_mpc::bench::self_check::{self_check, SelfCheckConfig};
+    let report = match engine {
+        ocelli_mpc::engine::EngineKind::Cpu => {
+            let kernel = kernel.unwrap_or_else(ocelli_mpc::engine::Kernel::detect);
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            ocelli_mpc::engine::CpuEngine::with(kernel, threads).and_then(|cpu| {
+                self_check(
+                    SelfCheckConfig::default(),
+                    [&cpu, &cpu, &cpu],
+                    &ocelli_mpc::bench::device::OnHost,
+                    progress,
+                )
+            })
+        }
+        ocelli_mpc::engine::EngineKind::Gpu => gpu_self_check(devices, progress),
+    };
+    match report {
+        Ok(report) => {
+            if let Err(e) = print_report(&report, json) {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(feature = "gpu")]
+fn gpu_self_check(
+    devices: &[usize],
+    progress: impl FnMut(&str),
+) -> Result<ocelli_mpc::bench::self_check::SelfCheckReport, ocelli_mpc::EngineError> {
+    ocelli_mpc::bench::device::self_check_gpu(devices, progress)
+}
+
+#[cfg(not(feature = "gpu"))]
+fn gpu_self_check(
+    _devices: &[usize],
+    _progress: impl FnMut(&str),
+) -> Result<ocelli_mpc::bench::self_check::SelfCheckReport, ocelli_mpc::EngineError> {
+    Err(ocelli_mpc::EngineError::GpuNotBuilt)
 }
 
 #[cfg(feature = "gpu")]

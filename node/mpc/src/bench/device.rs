@@ -15,6 +15,7 @@ use sdk_orb::rotation::ROTATION_COUNT;
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{CODE_COEFS, MASK_COEFS};
 
+use crate::bench::timing::{PassSeconds, PassTimers, TimedCircuit, TimedEngine};
 use crate::circuit::Circuit;
 use crate::compare::or_blocks;
 use crate::db::MatchDb;
@@ -22,13 +23,13 @@ use crate::db::Part;
 use crate::device::{Arg, DeviceCircuit, KernelDevice};
 use crate::dot::DotEngine;
 use crate::error::EngineError;
-use crate::local::{additive_u16, run_three_unrecorded};
-use crate::network::InMemoryTransport;
+use crate::local::{additive_u16, replays, run_one, run_three_wrapped, Link};
 use crate::network::NetworkError;
 use crate::pipeline::{evaluate, MatchResult, PipelineConfig, PipelineRequest, Target};
 use crate::scratch::ScratchVec;
 use crate::session::Session;
 use crate::synthetic::random_shares;
+use sdk_orb::PartyId;
 
 /// Sizes of a run.
 #[derive(Clone, Copy, Debug)]
@@ -74,8 +75,17 @@ pub struct DeviceBenchReport {
     pub compare_seconds: f64,
     /// Of those, per party, the kernel device's calls, where it ran on one.
     pub compare_device_seconds: Option<DeviceTimes>,
-    /// The whole pipeline of a batch.
+    /// The comparison phase, each party alone on the device against the recording of a
+    /// three-party run, the slowest of the three roles.
+    pub compare_replay_per_party_device: f64,
+    /// The whole pipeline of a batch, three parties sharing the device.
     pub pipeline_per_party_device: f64,
+    /// The whole pipeline, each party alone on the device against the recording of a
+    /// three-party run, the slowest of the three roles: what one party-device does once its
+    /// peers' messages are at hand.
+    pub pipeline_replay_per_party_device: f64,
+    /// Where each role's replayed pipeline run spent its time (party 0, 1, 2).
+    pub pipeline_replay_passes: [PassSeconds; 3],
     /// Int8 operations per second the GEMMs sustain on device-resident operands.
     pub gemm_ops_per_second: f64,
     /// The device's data-sheet dense int8 peak, where known.
@@ -127,9 +137,27 @@ impl std::fmt::Display for DeviceBenchReport {
         }
         writeln!(
             f,
+            "    each party alone  {:>12} (the slowest role, replayed)",
+            g(self.compare_replay_per_party_device)
+        )?;
+        writeln!(
+            f,
             "  whole pipeline      {:>12}",
             g(self.pipeline_per_party_device)
         )?;
+        writeln!(
+            f,
+            "    each party alone  {:>12} (the slowest role, replayed)",
+            g(self.pipeline_replay_per_party_device)
+        )?;
+        for (i, p) in self.pipeline_replay_passes.iter().enumerate() {
+            writeln!(
+                f,
+                "    party {i}: {:.3} s: dot {:.3}, layout {:.3}, compare {:.3}, open {:.3}, \
+                 other {:.3}",
+                p.wall, p.dot, p.layout, p.compare, p.open, p.other
+            )?;
+        }
         writeln!(
             f,
             "  int8 GEMMs          {:>9.0} T op/s, {} of the data-sheet peak; dot phase at {}",
@@ -154,14 +182,13 @@ pub trait ComparisonPlace: Sync {
     /// For the report.
     fn label(&self) -> String;
 
-    /// Party `party`'s match bits and their OR over rotations.
+    /// The session's party's match bits and their OR over rotations.
     ///
     /// # Errors
     /// Transport failures.
     fn compare(
         &self,
-        party: usize,
-        session: &mut Session<'_, InMemoryTransport>,
+        session: &mut Session<'_, Link>,
         cd: &[u16],
         md: &[u16],
         a: u32,
@@ -176,19 +203,41 @@ pub trait ComparisonPlace: Sync {
     /// Starts [`ComparisonPlace::device_times`] afresh.
     fn reset_times(&self) {}
 
-    /// Party `party`'s pipeline for one batch.
+    /// The session's party's pipeline for one batch.
     ///
     /// # Errors
     /// Transport failures.
     fn evaluate(
         &self,
-        party: usize,
-        session: &mut Session<'_, InMemoryTransport>,
+        session: &mut Session<'_, Link>,
         engine: &dyn DotEngine,
         db: &MatchDb,
         requests: &[PipelineRequest<'_>],
         config: &PipelineConfig,
+        timers: &PassTimers,
     ) -> Result<Vec<MatchResult>, NetworkError>;
+
+    /// The session's party's match bits of `(cd, md)`, opened (one plane).
+    ///
+    /// # Errors
+    /// Transport failures.
+    fn open_match_bits(
+        &self,
+        session: &mut Session<'_, Link>,
+        cd: &[u16],
+        md: &[u16],
+        a: u32,
+    ) -> Result<Vec<u64>, NetworkError>;
+}
+
+fn opened_match_bits<C: Circuit>(
+    circuit: &mut C,
+    cd: &[u16],
+    md: &[u16],
+    a: u32,
+) -> Result<Vec<u64>, NetworkError> {
+    let bits = circuit.match_bits(cd, md, a)?;
+    circuit.open(&bits)
 }
 
 fn compare_and_or<C: Circuit>(
@@ -212,8 +261,7 @@ impl ComparisonPlace for OnHost {
 
     fn compare(
         &self,
-        _party: usize,
-        session: &mut Session<'_, InMemoryTransport>,
+        session: &mut Session<'_, Link>,
         cd: &[u16],
         md: &[u16],
         a: u32,
@@ -223,14 +271,31 @@ impl ComparisonPlace for OnHost {
 
     fn evaluate(
         &self,
-        _party: usize,
-        session: &mut Session<'_, InMemoryTransport>,
+        session: &mut Session<'_, Link>,
         engine: &dyn DotEngine,
         db: &MatchDb,
         requests: &[PipelineRequest<'_>],
         config: &PipelineConfig,
+        timers: &PassTimers,
     ) -> Result<Vec<MatchResult>, NetworkError> {
-        evaluate(session, engine, db, requests, config)
+        let engine = TimedEngine::new(engine, timers);
+        evaluate(
+            &mut TimedCircuit::new(session, timers),
+            &engine,
+            db,
+            requests,
+            config,
+        )
+    }
+
+    fn open_match_bits(
+        &self,
+        session: &mut Session<'_, Link>,
+        cd: &[u16],
+        md: &[u16],
+        a: u32,
+    ) -> Result<Vec<u64>, NetworkError> {
+        opened_match_bits(session, cd, md, a)
     }
 }
 
@@ -331,6 +396,12 @@ impl<D: KernelDevice> OnDevices<D> {
     }
 }
 
+impl<D: KernelDevice> OnDevices<D> {
+    fn device_of(&self, session: &Session<'_, Link>) -> std::sync::Arc<Timed<D>> {
+        self.devices[session.party().index()].clone()
+    }
+}
+
 impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
     fn label(&self) -> String {
         self.label.clone()
@@ -354,14 +425,13 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
 
     fn compare(
         &self,
-        party: usize,
-        session: &mut Session<'_, InMemoryTransport>,
+        session: &mut Session<'_, Link>,
         cd: &[u16],
         md: &[u16],
         a: u32,
     ) -> Result<(), NetworkError> {
         compare_and_or(
-            &mut DeviceCircuit::new(session, self.devices[party].clone()),
+            &mut DeviceCircuit::new(session, self.device_of(session)),
             cd,
             md,
             a,
@@ -370,16 +440,76 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
 
     fn evaluate(
         &self,
-        party: usize,
-        session: &mut Session<'_, InMemoryTransport>,
+        session: &mut Session<'_, Link>,
         engine: &dyn DotEngine,
         db: &MatchDb,
         requests: &[PipelineRequest<'_>],
         config: &PipelineConfig,
+        timers: &PassTimers,
     ) -> Result<Vec<MatchResult>, NetworkError> {
-        let mut circuit = DeviceCircuit::new(session, self.devices[party].clone());
-        evaluate(&mut circuit, engine, db, requests, config)
+        let mut circuit = DeviceCircuit::new(session, self.device_of(session));
+        let engine = TimedEngine::new(engine, timers);
+        evaluate(
+            &mut TimedCircuit::new(&mut circuit, timers),
+            &engine,
+            db,
+            requests,
+            config,
+        )
     }
+
+    fn open_match_bits(
+        &self,
+        session: &mut Session<'_, Link>,
+        cd: &[u16],
+        md: &[u16],
+        a: u32,
+    ) -> Result<Vec<u64>, NetworkError> {
+        let mut circuit = DeviceCircuit::new(session, self.device_of(session));
+        opened_match_bits(&mut circuit, cd, md, a)
+    }
+}
+
+/// Runs `f` as the three parties over recording links, then each party alone against the
+/// recording ([`crate::local::Replay`]: the peers' messages at hand, its own checked against
+/// what it sent, bit for bit); the parts of each role's replayed run, timed by `f`.
+///
+/// # Errors
+/// A run failed, or a replayed party sent what it had not sent in the recorded run.
+fn replayed(
+    seed: u64,
+    f: impl Fn(&mut Session<'_, Link>, &PassTimers) -> Result<(), NetworkError> + Sync,
+) -> Result<[PassSeconds; 3], EngineError> {
+    let failed = |e: NetworkError| EngineError::Bench(e.to_string());
+    let recorded = run_three_wrapped(seed, Link::recording, |s| f(s, &PassTimers::default()));
+    let mut views = Vec::with_capacity(3);
+    for (r, _, link) in recorded {
+        r.map_err(failed)?;
+        views.push(link.into_view());
+    }
+    let views: [_; 3] = views.try_into().expect("three parties");
+    let mut out = [PassSeconds::default(); 3];
+    for (i, replay) in replays(views).into_iter().enumerate() {
+        let timers = PassTimers::default();
+        let started = Instant::now();
+        let (r, _, link) = run_one(seed, PartyId::ALL[i], Link::Replay(replay), |s| {
+            f(s, &timers)
+        });
+        let wall = started.elapsed().as_secs_f64();
+        r.map_err(failed)?;
+        if !matches!(&link, Link::Replay(r) if r.finished()) {
+            return Err(EngineError::Bench(format!(
+                "party {i} replayed stopped before the recording's end"
+            )));
+        }
+        out[i] = timers.seconds(wall);
+    }
+    Ok(out)
+}
+
+/// The slowest role's wall time.
+fn slowest(roles: &[PassSeconds; 3]) -> f64 {
+    roles.iter().map(|r| r.wall).fold(0.0, f64::max)
 }
 
 /// Runs the phases on `engines` (one per party, sharing a device), the comparison phase at
@@ -459,17 +589,22 @@ pub fn run(
         .collect();
     let cd: Vec<u16> = md.iter().map(|&m| m / 2).collect();
     let (cd_shares, md_shares) = (additive_u16(&mut rng, &cd), additive_u16(&mut rng, &md));
+    let compare = |s: &mut Session<'_, Link>, _: &PassTimers| {
+        let i = s.party().index();
+        place.compare(s, &cd_shares[i], &md_shares[i], a)
+    };
     place.reset_times();
     let started = Instant::now();
-    run_three_unrecorded(1, |s| {
-        let i = s.party().index();
-        place
-            .compare(i, s, &cd_shares[i], &md_shares[i], a)
-            .expect("in-memory network");
-    });
+    run_three_wrapped(1, Link::Live, |s| compare(s, &PassTimers::default()))
+        .into_iter()
+        .try_for_each(|(r, _, _)| r)
+        .map_err(|e| EngineError::Bench(e.to_string()))?;
     let compare_seconds = started.elapsed().as_secs_f64();
     let compare_rate = 3.0 * comparisons as f64 / compare_seconds;
     let compare_device_seconds = place.device_times();
+    progress("comparison phase, each party alone against a recording");
+    let compare_replay = replayed(1, compare)?;
+    let compare_replay_rate = comparisons as f64 / slowest(&compare_replay);
     drop((cd_shares, md_shares));
 
     progress("whole pipeline");
@@ -480,8 +615,7 @@ pub fn run(
     let mut pipeline_config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
     pipeline_config.max_pass_comparisons = config.max_pass_comparisons;
     pipeline_config.chunk_entries = usize::MAX;
-    let started = Instant::now();
-    let results = run_three_unrecorded(2, |s| {
+    let pipeline = |s: &mut Session<'_, Link>, timers: &PassTimers| {
         let i = s.party().index();
         let requests: Vec<PipelineRequest<'_>> = queries
             .iter()
@@ -495,13 +629,23 @@ pub fn run(
             })
             .collect();
         place
-            .evaluate(i, s, engines[i], &db, &requests, &pipeline_config)
-            .expect("in-memory network")
-    });
+            .evaluate(s, engines[i], &db, &requests, &pipeline_config, timers)
+            .map(drop)
+    };
+    let started = Instant::now();
+    let shared = run_three_wrapped(2, Link::Live, |s| pipeline(s, &PassTimers::default()));
     let pipeline_seconds = started.elapsed().as_secs_f64();
+    let bytes_sent = shared[0].1.bytes_sent;
+    shared
+        .into_iter()
+        .try_for_each(|(r, _, _)| r)
+        .map_err(|e| EngineError::Bench(e.to_string()))?;
     let pipeline_comparisons = (2 * rows * p) as f64;
     let pipeline_rate = 3.0 * pipeline_comparisons / pipeline_seconds;
-    let bytes = results[0].1.bytes_sent as f64 / pipeline_comparisons;
+    progress("whole pipeline, each party alone against a recording");
+    let pipeline_replay = replayed(2, pipeline)?;
+    let pipeline_replay_rate = pipeline_comparisons / slowest(&pipeline_replay);
+    let bytes = bytes_sent as f64 / pipeline_comparisons;
     // 10 requests/s x 10 M people x 2 irises x 31 rotations.
     let link = 10.0 * 10e6 * 2.0 * ROTATION_COUNT as f64 * bytes * 8.0 / 1e9;
 
@@ -517,7 +661,10 @@ pub fn run(
         compare_per_party_device: compare_rate,
         compare_seconds,
         compare_device_seconds,
+        compare_replay_per_party_device: compare_replay_rate,
         pipeline_per_party_device: pipeline_rate,
+        pipeline_replay_per_party_device: pipeline_replay_rate,
+        pipeline_replay_passes: pipeline_replay,
         gemm_ops_per_second: gemm_ops,
         int8_peak: peak,
         gemm_peak_fraction: peak.map(|p| gemm_ops / p),
@@ -561,6 +708,35 @@ pub fn run_gpu(
     )
 }
 
+/// [`crate::bench::self_check::self_check`] on three GPU engines (one per party) and the
+/// comparison phase on their kernels.
+///
+/// # Errors
+/// No usable GPU (the message says why), or a run failed.
+#[cfg(feature = "gpu")]
+pub fn self_check_gpu(
+    devices: &[usize],
+    progress: impl FnMut(&str),
+) -> Result<crate::bench::self_check::SelfCheckReport, EngineError> {
+    use crate::engine::gpu::GpuEngine;
+    let engine = |_| GpuEngine::with_devices(devices);
+    let engines = [engine(0)?, engine(1)?, engine(2)?];
+    let place = OnDevices::new(
+        [
+            engines[0].kernels(),
+            engines[1].kernels(),
+            engines[2].kernels(),
+        ],
+        format!("the GPU, {}", engines[0].device_name()?),
+    );
+    crate::bench::self_check::self_check(
+        crate::bench::self_check::SelfCheckConfig::default(),
+        [&engines[0], &engines[1], &engines[2]],
+        &place,
+        progress,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -590,6 +766,16 @@ mod tests {
         assert!(report.dot_per_party_device > 0.0 && report.pipeline_per_party_device > 0.0);
         assert_eq!(report.gemm_peak_fraction, Some(0.5));
         assert!(report.bytes_per_comparison > 1.0, "{report}");
+        // Each role replayed alone, its parts timed.
+        assert!(report.compare_replay_per_party_device > 0.0, "{report}");
+        assert!(report.pipeline_replay_per_party_device > 0.0, "{report}");
+        for role in report.pipeline_replay_passes {
+            assert!(
+                role.wall > 0.0 && role.dot > 0.0 && role.compare > 0.0,
+                "{role:?}"
+            );
+            assert!(role.open > 0.0 && role.layout > 0.0, "{role:?}");
+        }
 
         // The comparison phase on the host-run kernels sends exactly what the host path does.
         #[cfg(feature = "host-kernels")]

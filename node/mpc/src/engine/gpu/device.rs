@@ -136,8 +136,16 @@ impl Device {
         self.ctx.bind_to_thread()?;
         let (m, n) = (round_up(m, PAD), round_up(n, PAD));
         let stream = &self.stream;
-        let a: CudaSlice<i8> = stream.clone_htod(&vec![3i8; m * k])?;
-        let b: CudaSlice<i8> = stream.clone_htod(&vec![-5i8; n * k])?;
+        // Random operands: a GEMM of constants can run faster than one of data (the
+        // multipliers toggle less), which would overstate the peak.
+        let mut rng = <rand_chacha::ChaCha20Rng as rand_core::SeedableRng>::seed_from_u64(1);
+        let mut random = |len: usize| -> Vec<i8> {
+            let mut bytes = vec![0u8; len];
+            rand_core::RngCore::fill_bytes(&mut rng, &mut bytes);
+            bytes.into_iter().map(|b| b as i8).collect()
+        };
+        let a: CudaSlice<i8> = stream.clone_htod(&random(m * k))?;
+        let b: CudaSlice<i8> = stream.clone_htod(&random(n * k))?;
         let mut c: CudaSlice<i32> = stream.alloc_zeros(m * n)?;
         let run = |c: &mut CudaSlice<i32>| -> Result<(), GpuError> {
             let (pa, _ra) = a.device_ptr(stream);
