@@ -150,6 +150,35 @@ impl<D: KernelDevice> DeviceVec<D> {
         }
     }
 
+    /// A copy of little-endian words on the device: a message as it came off the wire.
+    fn from_le_bytes(dev: &Arc<D>, bytes: &[u8]) -> DeviceVec<D> {
+        let buf = if bytes.len() >= 8 {
+            dev.upload(bytes)
+        } else {
+            // Never a zero-sized allocation (see `zeroed`).
+            let mut padded = [0u8; 8];
+            padded[..bytes.len()].copy_from_slice(bytes);
+            dev.upload(&padded)
+        };
+        DeviceVec {
+            dev: dev.clone(),
+            buf: Arc::new(buf),
+            offset: 0,
+            bytes: bytes.len(),
+        }
+    }
+
+    /// The contents as they go on the wire (the device's words are little-endian), into
+    /// `out`, which is resized to fit.
+    fn download_into(&self, out: &mut Vec<u8>) {
+        // A buffer kept from an earlier message is cut or grown, never made afresh: a fresh
+        // one of a pass's size costs more in page faults than the copy itself.
+        out.resize(self.bytes, 0);
+        if self.bytes > 0 {
+            self.dev.download(&self.buf, self.offset, out);
+        }
+    }
+
     /// A copy of `values` on the device.
     pub fn from_u16(dev: &Arc<D>, values: &[u16]) -> DeviceVec<D> {
         Self::from_words(dev, values)
@@ -369,7 +398,14 @@ pub struct DeviceComparison<D: KernelDevice> {
 pub struct DeviceCircuit<'c, 's, D: KernelDevice, T: Transport> {
     session: &'c mut Session<'s, T>,
     dev: Arc<D>,
+    /// Messages received and uploaded, kept to download the next outgoing ones into: a
+    /// party sends about as many bytes as it receives, so after the first round no message
+    /// buffer is made afresh.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Received message buffers a [`DeviceCircuit`] keeps for its outgoing messages.
+const SPARE_BUFFERS: usize = 4;
 
 impl<D: KernelDevice, T: Transport> core::fmt::Debug for DeviceCircuit<'_, '_, D, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -382,7 +418,11 @@ impl<D: KernelDevice, T: Transport> core::fmt::Debug for DeviceCircuit<'_, '_, D
 impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
     /// Runs the session's comparison phases on `dev`.
     pub fn new(session: &'c mut Session<'s, T>, dev: Arc<D>) -> Self {
-        DeviceCircuit { session, dev }
+        DeviceCircuit {
+            session,
+            dev,
+            spare: Vec::new(),
+        }
     }
 
     /// The session (traffic, party).
@@ -433,13 +473,30 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
         out
     }
 
+    /// Sends `v` as it lies on the device, downloaded into a kept buffer (the largest).
+    fn send_vec(&mut self, to: Peer, v: &DeviceVec<D>) -> Result<(), NetworkError> {
+        let mut message = self.spare.pop().unwrap_or_default();
+        v.download_into(&mut message);
+        self.session.send_encoded(to, message)
+    }
+
+    /// Receives `n` words and uploads them as they came; the buffer is kept.
+    fn recv_vec<W: Word>(&mut self, from: Peer, n: usize) -> Result<DeviceVec<D>, NetworkError> {
+        let message = self.session.recv_encoded::<W>(from, n)?;
+        let v = DeviceVec::from_le_bytes(&self.dev, &message);
+        if self.spare.len() < SPARE_BUFFERS {
+            self.spare.push(message);
+            self.spare.sort_by_key(Vec::capacity);
+        }
+        Ok(v)
+    }
+
     fn send_u16(&mut self, to: Peer, v: &DeviceVec<D>) -> Result<(), NetworkError> {
-        self.session.send(to, &v.to_u16())
+        self.send_vec(to, v)
     }
 
     fn recv_u16(&mut self, from: Peer, n: usize) -> Result<DeviceVec<D>, NetworkError> {
-        let words: Vec<u16> = self.session.recv(from, n)?;
-        Ok(DeviceVec::from_u16(&self.dev, &words))
+        self.recv_vec::<u16>(from, n)
     }
 
     /// [`crate::compare::split`] on the device, for `both` (`n` u16).
@@ -558,6 +615,30 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
         out
     }
 
+    /// `cd` then `md` in one device allocation. Each is uploaded from where it lies and the
+    /// halves joined on the device, so no pass-sized host vector is made for them; lengths
+    /// that are not whole words are joined on the host.
+    fn upload_pair(&self, cd: &[u16], md: &[u16]) -> DeviceVec<D> {
+        let n = cd.len();
+        if n == 0 || !(2 * n).is_multiple_of(8) {
+            let both: Vec<u16> = cd.iter().chain(md).copied().collect();
+            return DeviceVec::from_u16(&self.dev, &both);
+        }
+        let both = DeviceVec::zeroed(&self.dev, 4 * n);
+        let words = 2 * n / 8;
+        for (half, values) in [cd, md].into_iter().enumerate() {
+            let part = DeviceVec::from_u16(&self.dev, values);
+            let to = both.view(half * 2 * n..(half + 1) * 2 * n);
+            launch(
+                &*self.dev,
+                "copy_words",
+                words,
+                &[to.arg(), part.arg(), words_arg(words)],
+            );
+        }
+        both
+    }
+
     /// [`crate::compare::compare`] on the device: the same rounds, messages and stream draws.
     ///
     /// # Errors
@@ -574,8 +655,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
         assert_eq!(cd.len(), md.len());
         let n = cd.len();
         let w = words_for(n);
-        let both: Vec<u16> = cd.iter().chain(md).copied().collect();
-        let both = DeviceVec::from_u16(&self.dev, &both);
+        let both = self.upload_pair(cd, md);
         let parts = self.split(&both, 2 * n)?;
         let (cd, md) = (parts.view(0..2 * n), parts.view(2 * n..4 * n));
         let cross = self.cross_term(&md, a, n)?;
@@ -598,7 +678,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
                 let cross = cross.expect("party 1 holds its part");
                 let x = self.x_part(&md, &cd, &cross, a, n);
                 let masked = self.to_planes(&x, n, Some(&r));
-                self.session.send(Peer::Next, &masked.to_u64())?;
+                self.send_vec(Peer::Next, &masked)?;
                 let single = DeviceBits::new(masked, r);
                 let pair = DeviceBits::zeroed(&self.dev, planes);
                 (cross, x, single, pair)
@@ -606,8 +686,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
             _ => {
                 let cross = cross.expect("party 2 holds its part");
                 self.send_u16(Peer::Next, &cross)?;
-                let masked: Vec<u64> = self.session.recv(Peer::Prev, planes)?;
-                let masked = DeviceVec::from_u64(&self.dev, &masked);
+                let masked = self.recv_vec::<u64>(Peer::Prev, planes)?;
                 let x = self.x_part(&md, &cd, &cross, a, n);
                 let pair = DeviceBits::new(self.to_planes(&x, n, None), zeros(&self.dev));
                 let single = DeviceBits::new(zeros(&self.dev), masked);
@@ -659,19 +738,15 @@ impl<D: KernelDevice, T: Transport> Circuit for DeviceCircuit<'_, '_, D, T> {
         ];
         launch(&*self.dev, "and_gate", n, &args);
         self.session.round();
-        self.session.send(Peer::Next, &own.to_u64())?;
-        let received: Vec<u64> = self.session.recv(Peer::Prev, n)?;
-        Ok(DeviceBits::new(
-            own,
-            DeviceVec::from_u64(&self.dev, &received),
-        ))
+        self.send_vec(Peer::Next, &own)?;
+        let received = self.recv_vec::<u64>(Peer::Prev, n)?;
+        Ok(DeviceBits::new(own, received))
     }
 
     fn open(&mut self, x: &DeviceBits<D>) -> Result<Vec<u64>, NetworkError> {
         self.session.round();
-        self.session.send(Peer::Next, &x.prev.to_u64())?;
-        let missing: Vec<u64> = self.session.recv(Peer::Prev, x.words)?;
-        let missing = DeviceVec::from_u64(&self.dev, &missing);
+        self.send_vec(Peer::Next, &x.prev)?;
+        let missing = self.recv_vec::<u64>(Peer::Prev, x.words)?;
         let partial = xor_vec(&x.own, &missing, x.words);
         Ok(xor_vec(&partial, &x.prev, x.words).to_u64())
     }

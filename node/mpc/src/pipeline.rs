@@ -30,6 +30,7 @@ use crate::circuit::{Circuit, SharedBits};
 use crate::db::{MatchDb, Part};
 use crate::dot::{DotEngine, PreparedQueries};
 use crate::network::{NetworkError, Transport};
+use crate::scratch::ScratchVec;
 use crate::session::Session;
 use reduce::run_pass;
 use sdk_orb::rotation::ROTATION_COUNT;
@@ -183,11 +184,13 @@ enum Against {
 }
 
 /// Per-pass accumulation of additive `(cd, md)` shares in the layout
-/// `[rotation][eye][pair]`, each `[eye]` block padded to whole words. Zeroized on drop.
+/// `[rotation][eye][pair]`, each `[eye]` block padded to whole words. Zeroized on drop, and
+/// kept for the next pass ([`ScratchVec`]): a fresh pass-sized vector costs more in page
+/// faults than filling it.
 struct PassInputs {
     pairs: Vec<(usize, Against)>,
-    cd: Zeroizing<Vec<u16>>,
-    md: Zeroizing<Vec<u16>>,
+    cd: ScratchVec,
+    md: ScratchVec,
     padded: usize,
 }
 
@@ -197,8 +200,8 @@ impl PassInputs {
         let n = ROTATION_COUNT * 2 * padded;
         PassInputs {
             pairs,
-            cd: Zeroizing::new(vec![0; n]),
-            md: Zeroizing::new(vec![0; n]),
+            cd: ScratchVec::zeroed(n),
+            md: ScratchVec::zeroed(n),
             padded,
         }
     }
@@ -621,8 +624,8 @@ fn database_span(
         })
         .collect();
     let query_rows = scanning.len() * ROTATION_COUNT;
-    let mut code_dots = Zeroizing::new(vec![0u16; query_rows * width]);
-    let mut mask_dots = Zeroizing::new(vec![0u16; query_rows * width]);
+    let mut code_dots = ScratchVec::zeroed(query_rows * width);
+    let mut mask_dots = ScratchVec::zeroed(query_rows * width);
     for (eye, [codes, masks]) in queries.iter().enumerate() {
         engine.dot_db_prepared(codes, db, eye, Part::Code, span.clone(), &mut code_dots);
         engine.dot_db_prepared(masks, db, eye, Part::Mask, span.clone(), &mut mask_dots);

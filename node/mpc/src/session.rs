@@ -101,8 +101,11 @@ impl<'a, T: Transport> Session<'a, T> {
         self.send_encoded(to, encode(words))
     }
 
-    /// Sends a message already in wire form.
-    fn send_encoded(&mut self, to: Peer, bytes: Vec<u8>) -> Result<(), NetworkError> {
+    /// Sends a message already in wire form (words little-endian, as a device holds them).
+    ///
+    /// # Errors
+    /// Transport failures.
+    pub fn send_encoded(&mut self, to: Peer, bytes: Vec<u8>) -> Result<(), NetworkError> {
         self.traffic.bytes_sent += bytes.len() as u64;
         self.traffic.messages_sent += 1;
         self.transport.send(to, bytes)
@@ -115,6 +118,17 @@ impl<'a, T: Transport> Session<'a, T> {
     pub fn recv<W: Word>(&mut self, from: Peer, n: usize) -> Result<Vec<W>, NetworkError> {
         let bytes = self.transport.recv(from)?;
         words_of_round(from, n, &bytes)
+    }
+
+    /// Receives exactly `n` words from a peer in wire form (little-endian), unparsed: what a
+    /// device uploads as it is.
+    ///
+    /// # Errors
+    /// Transport failures, or a message of the wrong size.
+    pub fn recv_encoded<W: Word>(&mut self, from: Peer, n: usize) -> Result<Vec<u8>, NetworkError> {
+        let bytes = self.transport.recv(from)?;
+        check_round_length::<W>(from, n, &bytes)?;
+        Ok(bytes)
     }
 
     /// Counts one communication round.

@@ -466,7 +466,7 @@ fn a_span_of_passes_equals_its_passes_one_call_each() {
         );
         assert_eq!(together.padded, alone.padded);
         assert!(
-            together.cd == alone.cd && together.md == alone.md,
+            *together.cd == *alone.cd && *together.md == *alone.md,
             "rows {rows:?}"
         );
         assert!(
