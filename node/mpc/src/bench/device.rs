@@ -78,8 +78,13 @@ pub struct DeviceBenchReport {
     /// The comparison phase, each party alone on the device against the recording of a
     /// three-party run, the slowest of the three roles.
     pub compare_replay_per_party_device: f64,
+    /// The fraction of the shared comparison-phase run the device was busy (event-timed
+    /// calls, merged), where measured.
+    pub compare_device_busy: Option<f64>,
     /// The whole pipeline of a batch, three parties sharing the device.
     pub pipeline_per_party_device: f64,
+    /// The fraction of the shared pipeline run the device was busy, where measured.
+    pub pipeline_device_busy: Option<f64>,
     /// The whole pipeline, each party alone on the device against the recording of a
     /// three-party run, the slowest of the three roles: what one party-device does once its
     /// peers' messages are at hand.
@@ -123,9 +128,10 @@ impl std::fmt::Display for DeviceBenchReport {
         )?;
         writeln!(
             f,
-            "  comparison phase    {:>12} (on {})",
+            "  comparison phase    {:>12} (on {}; device busy {})",
             g(self.compare_per_party_device),
-            self.comparison_on
+            self.comparison_on,
+            pct(self.compare_device_busy)
         )?;
         if let Some(t) = self.compare_device_seconds {
             writeln!(
@@ -142,8 +148,9 @@ impl std::fmt::Display for DeviceBenchReport {
         )?;
         writeln!(
             f,
-            "  whole pipeline      {:>12}",
-            g(self.pipeline_per_party_device)
+            "  whole pipeline      {:>12} (device busy {})",
+            g(self.pipeline_per_party_device),
+            pct(self.pipeline_device_busy)
         )?;
         writeln!(
             f,
@@ -171,6 +178,27 @@ impl std::fmt::Display for DeviceBenchReport {
              requests/s against 10 M people",
             self.bytes_per_comparison, self.link_gbit_10rps_10m
         )
+    }
+}
+
+/// A device-busy measure over a stretch of wall time: the GPU's
+/// [`crate::engine::gpu::BusyClock`], event-timed.
+pub trait BusyMeter: Sync {
+    /// Starts a stretch.
+    fn start(&self);
+    /// Ends it: the busy fraction of `wall_seconds`, where measured.
+    fn stop(&self, wall_seconds: f64) -> Option<f64>;
+}
+
+#[cfg(feature = "gpu")]
+impl BusyMeter for crate::engine::gpu::BusyClock {
+    fn start(&self) {
+        // A clock that cannot start reports no figure at its stop.
+        let _ = crate::engine::gpu::BusyClock::start(self);
+    }
+
+    fn stop(&self, wall_seconds: f64) -> Option<f64> {
+        crate::engine::gpu::BusyClock::stop(self, wall_seconds)
     }
 }
 
@@ -520,6 +548,7 @@ pub fn run(
     engines: [&dyn DotEngine; 3],
     place: &dyn ComparisonPlace,
     (gemm_ops, peak): (f64, Option<f64>),
+    busy: Option<&dyn BusyMeter>,
     mut progress: impl FnMut(&str),
 ) -> Result<DeviceBenchReport, EngineError> {
     let mut rng = ChaCha20Rng::seed_from_u64(2027);
@@ -594,12 +623,14 @@ pub fn run(
         place.compare(s, &cd_shares[i], &md_shares[i], a)
     };
     place.reset_times();
+    busy.inspect(|b| b.start());
     let started = Instant::now();
     run_three_wrapped(1, Link::Live, |s| compare(s, &PassTimers::default()))
         .into_iter()
         .try_for_each(|(r, _, _)| r)
         .map_err(|e| EngineError::Bench(e.to_string()))?;
     let compare_seconds = started.elapsed().as_secs_f64();
+    let compare_device_busy = busy.and_then(|b| b.stop(compare_seconds));
     let compare_rate = 3.0 * comparisons as f64 / compare_seconds;
     let compare_device_seconds = place.device_times();
     progress("comparison phase, each party alone against a recording");
@@ -632,9 +663,11 @@ pub fn run(
             .evaluate(s, engines[i], &db, &requests, &pipeline_config, timers)
             .map(drop)
     };
+    busy.inspect(|b| b.start());
     let started = Instant::now();
     let shared = run_three_wrapped(2, Link::Live, |s| pipeline(s, &PassTimers::default()));
     let pipeline_seconds = started.elapsed().as_secs_f64();
+    let pipeline_device_busy = busy.and_then(|b| b.stop(pipeline_seconds));
     let bytes_sent = shared[0].1.bytes_sent;
     shared
         .into_iter()
@@ -662,6 +695,8 @@ pub fn run(
         compare_seconds,
         compare_device_seconds,
         compare_replay_per_party_device: compare_replay_rate,
+        compare_device_busy,
+        pipeline_device_busy,
         pipeline_per_party_device: pipeline_rate,
         pipeline_replay_per_party_device: pipeline_replay_rate,
         pipeline_replay_passes: pipeline_replay,
@@ -685,9 +720,13 @@ pub fn run_gpu(
     devices: &[usize],
     mut progress: impl FnMut(&str),
 ) -> Result<DeviceBenchReport, EngineError> {
-    use crate::engine::gpu::{int8_dense_peak, GpuEngine};
+    use crate::engine::gpu::{int8_dense_peak, BusyClock, GpuEngine};
     let engine = |_| GpuEngine::with_devices(devices);
     let engines = [engine(0)?, engine(1)?, engine(2)?];
+    let clock = BusyClock::new(devices.first().copied().unwrap_or(0))?;
+    for e in &engines {
+        e.time_busy(&clock);
+    }
     progress("int8 GEMM probe");
     let gemm_ops = engines[0].gemm_ops_per_second(16_384, 4_096, CODE_COEFS, 10)?;
     let peak = int8_dense_peak(&engines[0].device_name()?);
@@ -704,6 +743,7 @@ pub fn run_gpu(
         [&engines[0], &engines[1], &engines[2]],
         &place,
         (gemm_ops, peak),
+        Some(&*clock),
         progress,
     )
 }
@@ -759,6 +799,7 @@ mod tests {
             [&cpu, &cpu, &cpu],
             &OnHost,
             (1e12, Some(2e12)),
+            None,
             |_| {},
         )
         .expect("bench on CPU engines");
@@ -782,8 +823,15 @@ mod tests {
         {
             let dev = std::sync::Arc::new(crate::device::host::HostDevice::default());
             let place = OnDevices::new([dev.clone(), dev.clone(), dev], "host-run kernels".into());
-            let on_kernels = run(config, [&cpu, &cpu, &cpu], &place, (1e12, None), |_| {})
-                .expect("bench on the host-run kernels");
+            let on_kernels = run(
+                config,
+                [&cpu, &cpu, &cpu],
+                &place,
+                (1e12, None),
+                None,
+                |_| {},
+            )
+            .expect("bench on the host-run kernels");
             assert_eq!(on_kernels.bytes_per_comparison, report.bytes_per_comparison);
             assert!(on_kernels.to_string().contains("on host-run kernels"));
             let times = on_kernels

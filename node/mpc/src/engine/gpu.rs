@@ -12,12 +12,14 @@
 
 mod blas;
 mod buffers;
+pub mod busy;
 pub mod circuit;
 mod datasheet;
 mod device;
 pub mod error;
 mod rows;
 
+pub use busy::BusyClock;
 pub use circuit::CudaKernels;
 pub use datasheet::int8_dense_peak;
 pub use error::GpuError;
@@ -39,6 +41,8 @@ struct State {
     /// One per shard of the database, in shard order.
     devices: Vec<Device>,
     mirror: Mirror<Sharded<DeviceDb>>,
+    /// Times every call on the devices' streams, where a bench asked ([`GpuEngine::time_busy`]).
+    busy: Option<std::sync::Arc<BusyClock>>,
 }
 
 /// The GPU dot-product engine: one device, or several holding contiguous shards of the
@@ -117,6 +121,7 @@ impl GpuEngine {
         let state = State {
             devices,
             mirror: Mirror::new(Sharded::new(shards)),
+            busy: None,
         };
         static ENGINES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Ok(GpuEngine {
@@ -140,6 +145,16 @@ impl GpuEngine {
     pub fn kernels(&self) -> std::sync::Arc<CudaKernels> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.devices[0].kernels.clone()
+    }
+
+    /// Has `clock` time this engine's calls and its kernels' from now on (a bench's
+    /// device-busy fraction).
+    pub fn time_busy(&self, clock: &std::sync::Arc<BusyClock>) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.busy = Some(clock.clone());
+        for device in &state.devices {
+            device.kernels.time_busy(clock);
+        }
     }
 
     /// Brings the resident database to `db` now (at start, after loading the store), rather
@@ -171,9 +186,17 @@ impl GpuEngine {
 
     fn run(&self, f: impl FnOnce(&mut State) -> Result<(), GpuError>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let ran = match state.busy.clone() {
+            Some(clock) => {
+                let streams: Vec<_> = state.devices.iter().map(|d| d.stream.clone()).collect();
+                let streams: Vec<_> = streams.iter().collect();
+                clock.span(&streams, || f(&mut state))
+            }
+            None => f(&mut state),
+        };
         // The engine trait has no error path: a failing device ends the batch, whose
         // evaluation runs on its own task, and the node reports it.
-        if let Err(e) = f(&mut state) {
+        if let Err(e) = ran {
             panic!("{}: {e}", self.name);
         }
     }
@@ -240,7 +263,9 @@ impl GpuEngine {
         }
         let resident = |k: usize| resident.map(|r| &r.planes[k].1);
         self.run(|state| {
-            let State { devices, mirror } = state;
+            let State {
+                devices, mirror, ..
+            } = state;
             mirror.sync(db)?;
             let store = mirror.store();
             let pieces = store.pieces(rows.clone());

@@ -8,6 +8,7 @@ use cudarc::driver::{
     PushKernelArg,
 };
 
+use super::busy::BusyClock;
 use super::error::GpuError;
 use crate::device::{Arg, KernelDevice, KERNEL_NAMES};
 
@@ -17,6 +18,7 @@ pub struct CudaKernels {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     functions: Vec<(&'static str, CudaFunction)>,
+    busy: std::sync::OnceLock<Arc<BusyClock>>,
 }
 
 impl core::fmt::Debug for CudaKernels {
@@ -62,7 +64,20 @@ impl CudaKernels {
             ctx: ctx.clone(),
             stream: ctx.new_stream()?,
             functions,
+            busy: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Has `clock` time every call from now on (the first clock given stays).
+    pub(super) fn time_busy(&self, clock: &Arc<BusyClock>) {
+        let _ = self.busy.set(clock.clone());
+    }
+
+    fn timed<R>(&self, f: impl FnOnce() -> R) -> R {
+        match self.busy.get() {
+            Some(clock) => clock.span(&[&self.stream], f),
+            None => f(),
+        }
     }
 
     fn bind(&self) {
@@ -81,7 +96,7 @@ impl KernelDevice for CudaKernels {
 
     fn alloc_zeroed(&self, bytes: usize) -> CudaBuf {
         self.bind();
-        let slice = self.check("allocation", self.stream.alloc_zeros::<u8>(bytes));
+        let slice = self.timed(|| self.check("allocation", self.stream.alloc_zeros::<u8>(bytes)));
         CudaBuf {
             slice,
             stream: self.stream.clone(),
@@ -90,7 +105,7 @@ impl KernelDevice for CudaKernels {
 
     fn upload(&self, bytes: &[u8]) -> CudaBuf {
         self.bind();
-        let slice = self.check("upload", self.stream.clone_htod(bytes));
+        let slice = self.timed(|| self.check("upload", self.stream.clone_htod(bytes)));
         CudaBuf {
             slice,
             stream: self.stream.clone(),
@@ -100,7 +115,7 @@ impl KernelDevice for CudaKernels {
     fn download(&self, buf: &CudaBuf, offset: usize, out: &mut [u8]) {
         self.bind();
         let src = buf.slice.slice(offset..offset + out.len());
-        self.check("download", self.stream.memcpy_dtoh(&src, out));
+        self.timed(|| self.check("download", self.stream.memcpy_dtoh(&src, out)));
         self.check("synchronize", self.stream.synchronize());
     }
 
@@ -149,7 +164,7 @@ impl KernelDevice for CudaKernels {
         // kernels/*.cu declares (a device address travels as the u64 it is), with addresses
         // of live allocations on this device large enough for every index the kernel forms
         // from its length arguments; the host parity tests run the same launches.
-        let launched = unsafe { builder.launch(config) };
+        let launched = self.timed(|| unsafe { builder.launch(config) });
         self.check(kernel, launched.map(|_| ()));
     }
 }
