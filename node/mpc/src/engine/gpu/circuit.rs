@@ -1,7 +1,7 @@
 //! The comparison-phase kernels on a CUDA device: [`CudaKernels`] is the
 //! [`KernelDevice`] a [`crate::device::DeviceCircuit`] runs on for a GPU node.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
@@ -19,6 +19,7 @@ pub struct CudaKernels {
     stream: Arc<CudaStream>,
     functions: Vec<(&'static str, CudaFunction)>,
     busy: std::sync::OnceLock<Arc<BusyClock>>,
+    free: Arc<Mutex<FreeList>>,
 }
 
 impl core::fmt::Debug for CudaKernels {
@@ -29,24 +30,64 @@ impl core::fmt::Debug for CudaKernels {
     }
 }
 
-/// A device allocation, zeroed before it is freed: it holds shares.
+/// Freed allocations kept for the next of the same size: a fresh one costs the driver's
+/// allocation and cudarc's tracking events, and a comparison phase makes hundreds per pass,
+/// the same sizes pass after pass. Every kept allocation is all zeros.
+#[derive(Default)]
+struct FreeList {
+    bytes: usize,
+    by_size: std::collections::HashMap<usize, Vec<CudaSlice<u8>>>,
+}
+
+/// The most bytes a [`CudaKernels`] keeps freed.
+const KEPT_BYTES: usize = 4 << 30;
+
+impl FreeList {
+    fn take(&mut self, bytes: usize) -> Option<CudaSlice<u8>> {
+        let slice = self.by_size.get_mut(&bytes)?.pop()?;
+        self.bytes -= bytes;
+        Some(slice)
+    }
+}
+
+/// A device allocation, zeroed before it is freed or kept: it holds shares.
 pub struct CudaBuf {
-    slice: CudaSlice<u8>,
+    /// Always present until dropped.
+    slice: Option<CudaSlice<u8>>,
     stream: Arc<CudaStream>,
+    free: Arc<Mutex<FreeList>>,
+}
+
+impl CudaBuf {
+    fn slice(&self) -> &CudaSlice<u8> {
+        self.slice.as_ref().expect("present until dropped")
+    }
 }
 
 impl core::fmt::Debug for CudaBuf {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("CudaBuf")
-            .field("bytes", &self.slice.len())
+            .field("bytes", &self.slice().len())
             .finish_non_exhaustive()
     }
 }
 
 impl Drop for CudaBuf {
     fn drop(&mut self) {
-        // Best effort: a failing device cannot be made to zero anything.
-        let _ = self.stream.memset_zeros(&mut self.slice);
+        let Some(mut slice) = self.slice.take() else {
+            return;
+        };
+        // Best effort: a failing device cannot be made to zero anything, and then nothing
+        // is kept. The memset is ordered before any later use on this stream.
+        if self.stream.memset_zeros(&mut slice).is_err() {
+            return;
+        }
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        let bytes = slice.len();
+        if free.bytes + bytes <= KEPT_BYTES {
+            free.bytes += bytes;
+            free.by_size.entry(bytes).or_default().push(slice);
+        }
     }
 }
 
@@ -65,7 +106,23 @@ impl CudaKernels {
             stream: ctx.new_stream()?,
             functions,
             busy: std::sync::OnceLock::new(),
+            free: Arc::default(),
         })
+    }
+
+    fn kept(&self, bytes: usize) -> Option<CudaSlice<u8>> {
+        self.free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(bytes)
+    }
+
+    fn buf(&self, slice: CudaSlice<u8>) -> CudaBuf {
+        CudaBuf {
+            slice: Some(slice),
+            stream: self.stream.clone(),
+            free: self.free.clone(),
+        }
     }
 
     /// Has `clock` time every call from now on (the first clock given stays).
@@ -96,31 +153,33 @@ impl KernelDevice for CudaKernels {
 
     fn alloc_zeroed(&self, bytes: usize) -> CudaBuf {
         self.bind();
-        let slice = self.timed(|| self.check("allocation", self.stream.alloc_zeros::<u8>(bytes)));
-        CudaBuf {
-            slice,
-            stream: self.stream.clone(),
-        }
+        let slice = self.kept(bytes).unwrap_or_else(|| {
+            self.timed(|| self.check("allocation", self.stream.alloc_zeros::<u8>(bytes)))
+        });
+        self.buf(slice)
     }
 
     fn upload(&self, bytes: &[u8]) -> CudaBuf {
         self.bind();
-        let slice = self.timed(|| self.check("upload", self.stream.clone_htod(bytes)));
-        CudaBuf {
-            slice,
-            stream: self.stream.clone(),
-        }
+        let slice = match self.kept(bytes.len()) {
+            Some(mut slice) => {
+                self.timed(|| self.check("upload", self.stream.memcpy_htod(bytes, &mut slice)));
+                slice
+            }
+            None => self.timed(|| self.check("upload", self.stream.clone_htod(bytes))),
+        };
+        self.buf(slice)
     }
 
     fn download(&self, buf: &CudaBuf, offset: usize, out: &mut [u8]) {
         self.bind();
-        let src = buf.slice.slice(offset..offset + out.len());
+        let src = buf.slice().slice(offset..offset + out.len());
         self.timed(|| self.check("download", self.stream.memcpy_dtoh(&src, out)));
         self.check("synchronize", self.stream.synchronize());
     }
 
     fn address(&self, buf: &CudaBuf) -> u64 {
-        let (address, _sync) = buf.slice.device_ptr(&self.stream);
+        let (address, _sync) = buf.slice().device_ptr(&self.stream);
         address
     }
 
