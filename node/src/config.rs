@@ -126,6 +126,32 @@ pub struct StoreConfig {
     pub schema: String,
     /// Connections to the server.
     pub pool_size: usize,
+    /// TLS to the server; unset: plaintext, allowed only to loopback hosts and unix sockets.
+    pub tls: Option<StoreTls>,
+    /// The CA certificate (PEM) the server's certificate must chain to; needed by
+    /// `tls = "require"`.
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// `store.tls`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreTls {
+    /// Plaintext, to any host: written out, never assumed for a remote one.
+    Disable,
+    /// TLS 1.3, the certificate verified against `tls_ca` and the URL's host name.
+    Require,
+}
+
+impl std::str::FromStr for StoreTls {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "disable" => Ok(Self::Disable),
+            "require" => Ok(Self::Require),
+            _ => Err(()),
+        }
+    }
 }
 
 impl Default for StoreConfig {
@@ -134,7 +160,41 @@ impl Default for StoreConfig {
             url: None,
             schema: "ocelli".to_owned(),
             pool_size: 4,
+            tls: None,
+            tls_ca: None,
         }
+    }
+}
+
+impl StoreConfig {
+    /// The transport of a validated config.
+    pub fn pg_tls(&self) -> crate::store::postgres::PgTls {
+        match (self.tls, &self.tls_ca) {
+            (Some(StoreTls::Require), Some(ca)) => {
+                crate::store::postgres::PgTls::Require { ca: ca.clone() }
+            }
+            _ => crate::store::postgres::PgTls::Disable,
+        }
+    }
+
+    /// Checks the TLS settings against `url`, reading the CA file.
+    fn check_tls(&self, url: &str) -> Result<(), ConfigError> {
+        use crate::store::postgres::{check_plaintext_is_local, check_url, load_ca};
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        match (self.tls, &self.tls_ca) {
+            (Some(StoreTls::Require), None) => {
+                return bad("store.tls = \"require\" needs store.tls_ca (the server's CA, PEM)")
+            }
+            (Some(StoreTls::Require), Some(ca)) => {
+                load_ca(ca)?;
+            }
+            // A CA without `require` reads as TLS intended but not in force.
+            (_, Some(_)) => return bad("store.tls_ca is set: set store.tls = \"require\" too"),
+            (None, None) => check_plaintext_is_local(url)?,
+            (Some(StoreTls::Disable), None) => {}
+        }
+        check_url(url, &self.pg_tls())?;
+        Ok(())
     }
 }
 
@@ -145,6 +205,8 @@ impl std::fmt::Debug for StoreConfig {
             .field("postgres", &self.url.is_some())
             .field("schema", &self.schema)
             .field("pool_size", &self.pool_size)
+            .field("tls", &self.tls)
+            .field("tls_ca", &self.tls_ca)
             .finish()
     }
 }
@@ -395,6 +457,9 @@ pub enum ConfigError {
     /// The values are inconsistent.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// TLS to the PostgreSQL store cannot be set up as configured.
+    #[error("invalid config: {0}")]
+    StoreTls(#[from] crate::store::postgres::PgTlsError),
 }
 
 impl NodeConfig {
@@ -480,6 +545,12 @@ impl NodeConfig {
         }
         over!("OCELLI_STORE_SCHEMA", self.store.schema);
         over!("OCELLI_STORE_POOL_SIZE", self.store.pool_size);
+        if let Some(v) = get("OCELLI_STORE_TLS") {
+            self.store.tls = Some(parse("OCELLI_STORE_TLS", v)?);
+        }
+        if let Some(v) = get("OCELLI_STORE_TLS_CA") {
+            self.store.tls_ca = (!v.is_empty()).then(|| PathBuf::from(v));
+        }
         Ok(())
     }
 
@@ -508,6 +579,9 @@ impl NodeConfig {
         }
         fix(&mut self.keys.result_signing);
         fix(&mut self.keys.orb_allow_list);
+        if let Some(p) = &mut self.store.tls_ca {
+            fix(p);
+        }
         for p in &mut self.peers {
             fix(&mut p.cert);
             for k in &mut p.previous_result_keys {
@@ -519,10 +593,10 @@ impl NodeConfig {
         }
     }
 
-    /// Checks party ids and limits.
+    /// Checks party ids and limits, and reads the store's CA file.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] naming the problem.
+    /// [`ConfigError::Invalid`] naming the problem, [`ConfigError::StoreTls`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
         if self.party_id > 2 {
@@ -570,6 +644,7 @@ impl NodeConfig {
             if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
                 return bad("store.url must be a postgres:// URL");
             }
+            self.store.check_tls(url)?;
         }
         if !crate::store::postgres::valid_schema_name(&self.store.schema) {
             return bad("store.schema must match [a-z_][a-z0-9_]*");
@@ -635,6 +710,7 @@ impl NodeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::postgres::{PgTls, PgTlsError};
 
     const SAMPLE: &str = r#"
 party_id = 1
@@ -675,8 +751,8 @@ cert = "p2.pem"
         c.matching.enabled = false;
         c.validate()?;
         assert!(c.store.url.is_none(), "redb by default");
-        c.apply_env(|k| (k == "OCELLI_STORE_URL").then(|| "postgres://h/db".to_owned()))?;
-        assert_eq!(c.store.url.as_deref(), Some("postgres://h/db"));
+        c.apply_env(|k| (k == "OCELLI_STORE_URL").then(|| "postgres://localhost/db".to_owned()))?;
+        assert_eq!(c.store.url.as_deref(), Some("postgres://localhost/db"));
         c.validate()?;
         c.store.url = Some("mysql://h/db".to_owned());
         assert!(c.validate().is_err(), "only postgres URLs");
@@ -685,6 +761,131 @@ cert = "p2.pem"
         assert!(matches!(e, Err(ConfigError::Env { .. })));
         c.party_id = 0;
         assert!(c.validate().is_err());
+        Ok(())
+    }
+
+    fn with_store(url: &str, tls: Option<StoreTls>, ca: Option<&Path>) -> NodeConfig {
+        let mut c = NodeConfig::from_toml(SAMPLE).expect("sample parses");
+        c.store.url = Some(url.to_owned());
+        c.store.tls = tls;
+        c.store.tls_ca = ca.map(Path::to_owned);
+        c
+    }
+
+    #[test]
+    fn store_plaintext_only_to_loopback_unless_written() -> Result<(), Box<dyn std::error::Error>> {
+        for url in [
+            "postgres://u:p@127.0.0.1:5432/db",
+            "postgres://u:p@[::1]/db",
+            "postgresql://u:p@localhost/db",
+            "postgres://u@%2Fvar%2Frun%2Fpostgresql/db",
+        ] {
+            with_store(url, None, None).validate()?;
+        }
+        for (url, host) in [
+            ("postgres://u:secret@db1.internal:5432/db", "db1.internal"),
+            ("postgres://u:secret@10.0.0.5/db", "10.0.0.5"),
+            (
+                "postgres://u:secret@localhost/db?hostaddr=10.0.0.5",
+                "10.0.0.5",
+            ),
+        ] {
+            let e = with_store(url, None, None).validate();
+            match &e {
+                Err(ConfigError::StoreTls(PgTlsError::PlaintextRemote { host: h })) => {
+                    assert_eq!(h, host);
+                }
+                other => panic!("{url}: expected PlaintextRemote, got {other:?}"),
+            }
+            let m = e.expect_err("refused").to_string();
+            assert!(!m.contains("secret"), "the password leaked: {m}");
+        }
+        // Written out, plaintext to a remote host is the operator's choice.
+        with_store(
+            "postgres://u@db1.internal/db",
+            Some(StoreTls::Disable),
+            None,
+        )
+        .validate()?;
+        Ok(())
+    }
+
+    #[test]
+    fn store_tls_needs_a_readable_ca_with_a_certificate() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let url = "postgres://u:p@db1.internal/db";
+        let require = Some(StoreTls::Require);
+        assert!(matches!(
+            with_store(url, require, None).validate(),
+            Err(ConfigError::Invalid(m)) if m.contains("store.tls_ca")
+        ));
+        let dir = tempfile::tempdir()?;
+        let missing = dir.path().join("missing.pem");
+        let e = with_store(url, require, Some(&missing)).validate();
+        assert!(
+            matches!(&e, Err(ConfigError::StoreTls(PgTlsError::CaRead { path, .. })) if *path == missing),
+            "{e:?}"
+        );
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n")?;
+        let e = with_store(url, require, Some(&empty)).validate();
+        assert!(
+            matches!(&e, Err(ConfigError::StoreTls(PgTlsError::CaEmpty { .. }))),
+            "{e:?}"
+        );
+        let ca = dir.path().join("ca.pem");
+        let key = rcgen::KeyPair::generate()?;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        std::fs::write(&ca, params.self_signed(&key)?.pem())?;
+        let c = with_store(url, require, Some(&ca));
+        c.validate()?;
+        assert_eq!(c.store.pg_tls(), PgTls::Require { ca: ca.clone() });
+        // A CA without `require`, TLS over a unix socket, a URL's contrary sslmode.
+        assert!(with_store(url, None, Some(&ca)).validate().is_err());
+        assert!(with_store(url, Some(StoreTls::Disable), Some(&ca))
+            .validate()
+            .is_err());
+        assert!(matches!(
+            with_store("postgres://u@%2Frun%2Fpg/db", require, Some(&ca)).validate(),
+            Err(ConfigError::StoreTls(PgTlsError::TlsOverUnixSocket))
+        ));
+        assert!(matches!(
+            with_store(&format!("{url}?sslmode=disable"), require, Some(&ca)).validate(),
+            Err(ConfigError::StoreTls(PgTlsError::SslModeConflict { .. }))
+        ));
+        with_store(&format!("{url}?sslmode=require"), require, Some(&ca)).validate()?;
+        let e = with_store("postgres://u:secret@h/db?bogus=1", require, Some(&ca)).validate();
+        assert_eq!(
+            e.map_err(|e| e.to_string()),
+            Err("invalid config: store.url does not parse: unknown option `bogus`".to_owned())
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn store_tls_from_the_environment() -> Result<(), Box<dyn std::error::Error>> {
+        let mut c = NodeConfig::from_toml(&format!(
+            "{SAMPLE}[store]\nurl = \"postgres://u@db1.internal/db\"\ntls = \"require\"\ntls_ca = \"pg-ca.pem\"\n"
+        ))?;
+        assert_eq!(c.store.tls, Some(StoreTls::Require));
+        c.resolve_paths(Path::new("/etc/ocelli"));
+        assert_eq!(
+            c.store.tls_ca.as_deref(),
+            Some(Path::new("/etc/ocelli/pg-ca.pem"))
+        );
+        c.apply_env(|k| match k {
+            "OCELLI_STORE_TLS" => Some("disable".to_owned()),
+            "OCELLI_STORE_TLS_CA" => Some(String::new()),
+            _ => None,
+        })?;
+        assert_eq!(
+            (c.store.tls, c.store.tls_ca.as_ref()),
+            (Some(StoreTls::Disable), None)
+        );
+        let e = c.apply_env(|k| (k == "OCELLI_STORE_TLS").then(|| "prefer".to_owned()));
+        assert!(matches!(e, Err(ConfigError::Env { .. })));
+        assert!(NodeConfig::from_toml(&format!("{SAMPLE}[store]\ntls = \"verify-ca\"\n")).is_err());
         Ok(())
     }
 }

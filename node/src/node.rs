@@ -62,6 +62,7 @@ pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StoreError> {
             url: url.clone(),
             schema: config.store.schema.clone(),
             pool_size: config.store.pool_size,
+            tls: config.store.pg_tls(),
         })?),
     })
 }

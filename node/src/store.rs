@@ -35,6 +35,9 @@ pub enum StoreError {
         /// The newest this binary knows.
         known: i64,
     },
+    /// TLS to the PostgreSQL server cannot be set up.
+    #[error(transparent)]
+    Tls(#[from] postgres::PgTlsError),
 }
 
 /// Where a request stands.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ocelli_node::client::OrbClient;
 use ocelli_node::keys::{keygen, read_key32, KeygenOptions, KeygenOutput};
 use ocelli_node::node::now_ms;
-use ocelli_node::store::postgres::{PgOptions, PgStore};
+use ocelli_node::store::postgres::{PgOptions, PgStore, PgTls};
 use ocelli_node::store::redb::RedbStore;
 use ocelli_node::store::Store;
 use rand_chacha::rand_core::SeedableRng;
@@ -367,6 +367,7 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
                 url: url.to_owned(),
                 schema: format!("{prefix}_p{party}"),
                 pool_size: 1,
+                tls: PgTls::Disable,
             })?),
         };
         summaries.push(s.summary()?);

@@ -1,14 +1,15 @@
 //! The store conformance suite: the same tests against the redb store and
 //! the PostgreSQL store. PostgreSQL runs where `OCELLI_TEST_POSTGRES` names a
 //! server (`.ci/postgres.sh` starts one); elsewhere those tests print that
-//! they skip.
+//! they skip. The TLS tests need the server's CA in `OCELLI_TEST_PG_CA`
+//! (`.ci/postgres.sh` exports it too).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
 use ocelli_node::ids::{RequestId, SerialId};
 use ocelli_node::shares::{StoredShares, ENTRY_BYTES};
-use ocelli_node::store::postgres::{drop_schema, PgOptions, PgStore};
+use ocelli_node::store::postgres::{drop_schema, PgOptions, PgStore, PgTls, PgTlsError};
 use ocelli_node::store::redb::RedbStore;
 use ocelli_node::store::{
     Attestation, BatchWrite, FinalWrite, Meta, RequestRecord, RequestState, ShareWrite, Store,
@@ -35,6 +36,7 @@ impl Backend for Redb {
 struct Pg {
     url: String,
     schema: String,
+    tls: PgTls,
 }
 
 impl Pg {
@@ -44,13 +46,28 @@ impl Pg {
             return None;
         };
         let schema = format!("t_{:016x}", rand::thread_rng().next_u64());
-        Some(Self { url, schema })
+        Some(Self {
+            url,
+            schema,
+            tls: PgTls::Disable,
+        })
+    }
+    /// The same over TLS, verified against the server's CA.
+    fn new_tls() -> Option<Self> {
+        let Ok(ca) = std::env::var("OCELLI_TEST_PG_CA") else {
+            eprintln!("skipping the PostgreSQL TLS test: OCELLI_TEST_PG_CA is unset (.ci/postgres.sh exports it)");
+            return None;
+        };
+        let mut pg = Self::new()?;
+        pg.tls = PgTls::Require { ca: ca.into() };
+        Some(pg)
     }
     fn options(&self) -> PgOptions {
         PgOptions {
             url: self.url.clone(),
             schema: self.schema.clone(),
             pool_size: 3,
+            tls: self.tls.clone(),
         }
     }
 }
@@ -63,7 +80,10 @@ impl Backend for Pg {
 
 impl Drop for Pg {
     fn drop(&mut self) {
-        let _ = drop_schema(&self.url, &self.schema);
+        let _ = drop_schema(&PgOptions {
+            tls: PgTls::Disable,
+            ..self.options()
+        });
     }
 }
 
@@ -365,6 +385,112 @@ fn postgres_reconnects_after_the_server_drops_connections() -> Res {
         assert_eq!(s.envelope(&id)?.as_deref(), Some(&b"env"[..]));
     }
     Ok(())
+}
+
+#[test]
+fn postgres_over_tls_round_trip() -> Res {
+    let Some(pg) = Pg::new_tls() else {
+        return Ok(());
+    };
+    batches_apply_and_survive_reopen(&pg)?;
+    let s = pg.open()?;
+    let id = RequestId([0xa5; 16]);
+    assert!(s.insert_request(&id, &rec(RequestState::Pending, 5, 0), b"tls")?);
+    assert_eq!(s.envelope(&id)?.as_deref(), Some(&b"tls"[..]));
+    // The server's view: every pooled connection of this store is TLS 1.3.
+    let (tls13, other) = postgres_query_pair(
+        &pg.url,
+        &format!(
+            "SELECT count(*) FILTER (WHERE s.ssl AND s.version = 'TLSv1.3'),
+                    count(*) FILTER (WHERE NOT s.ssl OR s.version <> 'TLSv1.3')
+             FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+             WHERE a.application_name = 'ocelli/{}'",
+            pg.schema
+        ),
+    )?;
+    // The pool's connections but the first (named after `public`); closed
+    // ones of the earlier opens may linger.
+    assert!(tls13 >= 2 && other == 0, "TLS 1.3: {tls13}, other: {other}");
+    Ok(())
+}
+
+/// A CA PEM file of a fresh CA that signed nothing the server presents.
+fn other_ca(dir: &std::path::Path) -> Res<std::path::PathBuf> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let path = dir.join("other-ca.pem");
+    std::fs::write(&path, params.self_signed(&key)?.pem())?;
+    Ok(path)
+}
+
+#[test]
+fn postgres_tls_refuses_a_server_certificate_from_another_ca() -> Res {
+    let Some(mut pg) = Pg::new_tls() else {
+        return Ok(());
+    };
+    let dir = tempfile::tempdir()?;
+    pg.tls = PgTls::Require {
+        ca: other_ca(dir.path())?,
+    };
+    match PgStore::open(&pg.options()) {
+        Err(e @ StoreError::Tls(PgTlsError::Handshake(_))) => assert_eq!(
+            e.to_string(),
+            "TLS handshake with the store's server failed: invalid peer certificate: UnknownIssuer"
+        ),
+        other => panic!("expected a refused handshake, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn postgres_tls_refuses_a_server_certificate_for_another_host() -> Res {
+    let Some(mut pg) = Pg::new_tls() else {
+        return Ok(());
+    };
+    // The same server, reached as a name its certificate does not carry.
+    let (creds, rest) = pg.url.split_once('@').ok_or("no @ in the URL")?;
+    let (_, port_db) = rest.split_once(':').ok_or("no port in the URL")?;
+    pg.url = format!("{creds}@db.invalid:{port_db}?hostaddr=127.0.0.1");
+    match PgStore::open(&pg.options()) {
+        Err(e @ StoreError::Tls(PgTlsError::Handshake(_))) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("certificate not valid for name \"db.invalid\""),
+                "unexpected error: {m}"
+            );
+            assert!(!m.contains("ocelli-ci"), "the password leaked: {m}");
+        }
+        other => panic!("expected a refused handshake, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn postgres_tls_refuses_a_missing_ca_file() -> Res {
+    let Some(mut pg) = Pg::new_tls() else {
+        return Ok(());
+    };
+    pg.tls = PgTls::Require {
+        ca: "/nonexistent/ca.pem".into(),
+    };
+    let e = PgStore::open(&pg.options()).expect_err("no CA file");
+    assert!(matches!(e, StoreError::Tls(_)), "{e:?}");
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    Ok(())
+}
+
+/// Two counts from one query on a plain connection (outside the store).
+fn postgres_query_pair(url: &str, sql: &str) -> Res<(i64, i64)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (client, conn) = rt.block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))?;
+    rt.spawn(conn);
+    let row = rt.block_on(client.query_one(sql, &[]))?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// Runs SQL on a plain connection (outside the store).

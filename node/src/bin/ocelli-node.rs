@@ -81,6 +81,14 @@ enum Command {
         /// Destination schema (the node's `store.schema`).
         #[arg(long, default_value = "ocelli")]
         schema: String,
+        /// The server's CA certificate (PEM): TLS 1.3, certificate and host name verified
+        /// (the node's `store.tls_ca`). Without it only a loopback host or unix socket is
+        /// reached, unless `--no-tls` is given.
+        #[arg(long, conflicts_with = "no_tls")]
+        tls_ca: Option<PathBuf>,
+        /// Plaintext to any host (the node's `store.tls = "disable"`).
+        #[arg(long)]
+        no_tls: bool,
     },
     /// An orb simulator: seal two open-iris templates into an envelope, submit
     /// it to the three nodes of a local cluster, verify the three signed
@@ -346,16 +354,30 @@ fn main() -> ExitCode {
                 cluster.shutdown().await
             })
         }
-        Command::MigrateStore { from, to, schema } => {
+        Command::MigrateStore {
+            from,
+            to,
+            schema,
+            tls_ca,
+            no_tls,
+        } => {
+            use ocelli_node::store::postgres::{check_plaintext_is_local, PgOptions, PgTls};
             init_logging(false);
             let Some(path) = from.strip_prefix("redb:") else {
                 eprintln!("error: --from must be redb:DATA_DIR");
                 return ExitCode::FAILURE;
             };
-            let opts = ocelli_node::store::postgres::PgOptions {
+            if tls_ca.is_none() && !no_tls {
+                if let Err(e) = check_plaintext_is_local(&to) {
+                    eprintln!("error: {e} (here: --tls-ca or --no-tls)");
+                    return ExitCode::FAILURE;
+                }
+            }
+            let opts = PgOptions {
                 url: to,
                 schema,
                 pool_size: 2,
+                tls: tls_ca.map_or(PgTls::Disable, |ca| PgTls::Require { ca }),
             };
             match ocelli_node::store::migrate::redb_to_postgres(std::path::Path::new(path), &opts) {
                 Ok(r) => {

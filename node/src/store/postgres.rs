@@ -9,8 +9,13 @@
 //! Tables mirror the redb store, byte for byte, so [`Store::fingerprint`]
 //! is equal across backends for equal contents. Every connection runs with
 //! `synchronous_commit = on`: a returned write is committed and flushed.
+//!
+//! Connections are plaintext or TLS 1.3 with the server's certificate
+//! verified against a configured CA and the URL's host name (libpq's
+//! `verify-full`); there is no unverified TLS mode.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 
@@ -18,8 +23,10 @@ use futures::{pin_mut, StreamExt};
 use prost::Message;
 use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, Semaphore};
+use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
     Attestation, BatchWrite, Meta, RequestRecord, RequestSummary, ShareWrite, Store, StoreError,
@@ -78,6 +85,8 @@ pub struct PgOptions {
     pub schema: String,
     /// Connections in the pool.
     pub pool_size: usize,
+    /// Plaintext or verified TLS.
+    pub tls: PgTls,
 }
 
 impl std::fmt::Debug for PgOptions {
@@ -86,7 +95,210 @@ impl std::fmt::Debug for PgOptions {
         f.debug_struct("PgOptions")
             .field("schema", &self.schema)
             .field("pool_size", &self.pool_size)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
+    }
+}
+
+/// How the store's connections travel.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PgTls {
+    /// Plaintext (the configuration allows it for a loopback host or a
+    /// unix socket, or where `tls = "disable"` is written).
+    #[default]
+    Disable,
+    /// TLS 1.3; the server's certificate must chain to `ca` (PEM) and name
+    /// the URL's host.
+    Require {
+        /// The CA certificate file.
+        ca: PathBuf,
+    },
+}
+
+/// TLS to the store that cannot be set up. Paths and hosts are named;
+/// URLs never are (they may hold a password).
+#[derive(Debug, thiserror::Error)]
+pub enum PgTlsError {
+    /// The CA file cannot be read.
+    #[error("store CA file {path}: cannot read: {source}")]
+    CaRead {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The CA file is not PEM.
+    #[error("store CA file {path}: not PEM: {reason}")]
+    CaPem {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The CA file holds no certificate.
+    #[error("store CA file {path}: no certificate in it")]
+    CaEmpty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A certificate of the CA file is not a usable trust anchor.
+    #[error("store CA file {path}: unusable certificate: {reason}")]
+    CaCertificate {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The URL does not parse.
+    #[error("store.url does not parse: {0}")]
+    Url(String),
+    /// A TCP host that is not loopback, without TLS and without an explicit `tls = "disable"`.
+    #[error(
+        "store.url names host {host} without TLS: set store.tls = \"require\" and store.tls_ca, \
+         or store.tls = \"disable\" to send the password and data in plaintext"
+    )]
+    PlaintextRemote {
+        /// The host.
+        host: String,
+    },
+    /// TLS asked for a unix socket (PostgreSQL serves none there; the socket is local).
+    #[error("store.tls = \"require\" needs TCP hosts; store.url names a unix socket")]
+    TlsOverUnixSocket,
+    /// The URL's own `sslmode` disagrees with `store.tls`.
+    #[error("store.url sets sslmode={url}, which contradicts store.tls = \"{tls}\"; set TLS with store.tls only")]
+    SslModeConflict {
+        /// The URL's mode.
+        url: &'static str,
+        /// The configured mode.
+        tls: &'static str,
+    },
+    /// rustls refused the client configuration.
+    #[error("store TLS: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The handshake failed: the server's certificate is not from the CA or
+    /// does not name the host, or the server speaks no TLS 1.3.
+    #[error("TLS handshake with the store's server failed: {0}")]
+    Handshake(rustls::Error),
+}
+
+/// The trust anchors of a PEM CA file.
+///
+/// # Errors
+/// Unreadable file, bad PEM, no certificate, an unusable certificate.
+pub fn load_ca(path: &Path) -> Result<rustls::RootCertStore, PgTlsError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let pem = std::fs::read(path).map_err(|source| PgTlsError::CaRead {
+        path: path.to_owned(),
+        source,
+    })?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PgTlsError::CaPem {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(PgTlsError::CaEmpty {
+            path: path.to_owned(),
+        });
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs {
+        roots.add(c).map_err(|e| PgTlsError::CaCertificate {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(roots)
+}
+
+fn parse_url(url: &str) -> Result<tokio_postgres::Config, PgTlsError> {
+    // tokio-postgres's parse errors name the option, never its value.
+    url.parse().map_err(|e: tokio_postgres::Error| {
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        PgTlsError::Url(cause.unwrap_or_else(|| e.to_string()))
+    })
+}
+
+/// Checks `url` against `tls`: TLS only to TCP hosts, and no `sslmode` in
+/// the URL that says otherwise (`prefer`, the default, is overridden).
+///
+/// # Errors
+/// [`PgTlsError::Url`], [`PgTlsError::TlsOverUnixSocket`], [`PgTlsError::SslModeConflict`].
+pub fn check_url(url: &str, tls: &PgTls) -> Result<(), PgTlsError> {
+    let cfg = parse_url(url)?;
+    let (want, name) = match tls {
+        PgTls::Disable => (SslMode::Disable, "disable"),
+        PgTls::Require { .. } => (SslMode::Require, "require"),
+    };
+    let found = cfg.get_ssl_mode();
+    if found != SslMode::Prefer && found != want {
+        return Err(PgTlsError::SslModeConflict {
+            url: match found {
+                SslMode::Disable => "disable",
+                _ => "require",
+            },
+            tls: name,
+        });
+    }
+    if want == SslMode::Require && cfg.get_hosts().iter().any(|h| matches!(h, Host::Unix(_))) {
+        return Err(PgTlsError::TlsOverUnixSocket);
+    }
+    Ok(())
+}
+
+/// Refuses plaintext to anything but loopback addresses, `localhost` and
+/// unix sockets: the password and the shares would cross a network.
+///
+/// # Errors
+/// [`PgTlsError::Url`], [`PgTlsError::PlaintextRemote`] naming the first such host.
+pub fn check_plaintext_is_local(url: &str) -> Result<(), PgTlsError> {
+    let cfg = parse_url(url)?;
+    let remote = |h: &str| {
+        h.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .map_or(!h.eq_ignore_ascii_case("localhost"), |ip| !ip.is_loopback())
+    };
+    for h in cfg.get_hosts() {
+        if let Host::Tcp(h) = h {
+            if remote(h) {
+                return Err(PgTlsError::PlaintextRemote { host: h.clone() });
+            }
+        }
+    }
+    // `hostaddr` is where the connection goes when it is set.
+    for a in cfg.get_hostaddrs() {
+        if !a.is_loopback() {
+            return Err(PgTlsError::PlaintextRemote {
+                host: a.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// How connections are made: built once, reused on reconnects.
+#[derive(Clone)]
+enum Connector {
+    Plain,
+    Tls(MakeRustlsConnect),
+}
+
+impl Connector {
+    fn new(tls: &PgTls) -> Result<Self, PgTlsError> {
+        let PgTls::Require { ca } = tls else {
+            return Ok(Self::Plain);
+        };
+        // TLS 1.3 only, ring, as the node's other TLS (crate::tls).
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(load_ca(ca)?)
+        .with_no_client_auth();
+        Ok(Self::Tls(MakeRustlsConnect::new(config)))
     }
 }
 
@@ -105,6 +317,7 @@ struct Inner {
     schema: String,
     // Kept for reconnecting; never logged (it may hold a password).
     url: String,
+    connector: Connector,
 }
 
 impl Inner {
@@ -114,7 +327,7 @@ impl Inner {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let mut c = self.conns[i].lock().await;
         if c.is_closed() {
-            *c = connect(&self.url, &self.schema).await?;
+            *c = connect(&self.url, &self.connector, &self.schema).await?;
             tracing::info!(schema = %self.schema, "store connection re-established");
         }
         Ok(c)
@@ -181,13 +394,66 @@ fn run_on<T: Send + 'static>(
         .map_err(|_| StoreError::Backend("store runtime stopped".to_owned()))?
 }
 
-async fn connect(url: &str, schema: &str) -> Result<Client, StoreError> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(be)?;
+/// A failed connection attempt with its causes: tokio-postgres's own message
+/// says only "error performing TLS handshake" or "db error". The causes name
+/// neither the URL nor the password.
+fn connect_err(e: tokio_postgres::Error) -> StoreError {
+    use std::error::Error as _;
+    // tokio-rustls wraps rustls's error in an io::Error.
+    let rustls = e
+        .source()
+        .and_then(|c| c.downcast_ref::<std::io::Error>())
+        .and_then(|io| io.get_ref())
+        .and_then(|c| c.downcast_ref::<rustls::Error>());
+    if let Some(r) = rustls {
+        return PgTlsError::Handshake(r.clone()).into();
+    }
+    let mut m = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        m.push_str(": ");
+        m.push_str(&c.to_string());
+        cause = c.source();
+    }
+    StoreError::Backend(m)
+}
+
+fn spawn_connection<S, T>(connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %e, "store connection closed");
         }
     });
+}
+
+async fn connect(url: &str, connector: &Connector, schema: &str) -> Result<Client, StoreError> {
+    let mut cfg = parse_url(url)?;
+    // The configured mode wins over the URL's default `prefer`, which would
+    // fall back to plaintext when the server offers no TLS.
+    let client = match connector {
+        Connector::Plain => {
+            let (client, connection) = cfg
+                .ssl_mode(SslMode::Disable)
+                .connect(NoTls)
+                .await
+                .map_err(connect_err)?;
+            spawn_connection(connection);
+            client
+        }
+        Connector::Tls(tls) => {
+            let (client, connection) = cfg
+                .ssl_mode(SslMode::Require)
+                .connect(tls.clone())
+                .await
+                .map_err(connect_err)?;
+            spawn_connection(connection);
+            client
+        }
+    };
     client
         .batch_execute(&format!(
             "SET synchronous_commit = on; SET search_path TO \"{schema}\";
@@ -244,19 +510,23 @@ impl PgStore {
     /// Connects, creates or migrates the schema and opens the pool.
     ///
     /// # Errors
-    /// Unreachable server, bad schema name, a schema newer than this binary.
+    /// Unreachable server, TLS that cannot be set up or whose handshake fails
+    /// (the server's certificate not from the CA or not naming the host), bad
+    /// schema name, a schema newer than this binary.
     pub fn open(opts: &PgOptions) -> Result<Self, StoreError> {
         if !valid_schema_name(&opts.schema) {
             return Err(StoreError::Backend(
                 "schema name must match [a-z_][a-z0-9_]*".to_owned(),
             ));
         }
+        check_url(&opts.url, &opts.tls)?;
+        let connector = Connector::new(&opts.tls)?;
         let (rt, stop) = start_runtime()?;
         let url = opts.url.clone();
         let schema = opts.schema.clone();
         let pool = opts.pool_size.max(1);
         let inner = run_on(&rt, async move {
-            let mut first = connect(&url, "public").await?;
+            let mut first = connect(&url, &connector, "public").await?;
             migrate(&mut first, &schema).await?;
             first
                 .batch_execute(&format!("SET search_path TO \"{schema}\";"))
@@ -264,13 +534,14 @@ impl PgStore {
                 .map_err(be)?;
             let mut conns = vec![Mutex::new(first)];
             for _ in 1..pool {
-                conns.push(Mutex::new(connect(&url, &schema).await?));
+                conns.push(Mutex::new(connect(&url, &connector, &schema).await?));
             }
             Ok(Inner {
                 conns,
                 next: AtomicUsize::new(0),
                 schema,
                 url,
+                connector,
             })
         })?;
         Ok(Self {
@@ -896,17 +1167,18 @@ async fn meta_of<C: tokio_postgres::GenericClient>(c: &C) -> Result<Meta, StoreE
 ///
 /// # Errors
 /// Unreachable server or bad schema name.
-pub fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
-    if !valid_schema_name(schema) {
+pub fn drop_schema(opts: &PgOptions) -> Result<(), StoreError> {
+    if !valid_schema_name(&opts.schema) {
         return Err(StoreError::Backend(
             "schema name must match [a-z_][a-z0-9_]*".to_owned(),
         ));
     }
+    let connector = Connector::new(&opts.tls)?;
     let (rt, _stop) = start_runtime()?;
-    let url = url.to_owned();
-    let schema = schema.to_owned();
+    let url = opts.url.clone();
+    let schema = opts.schema.clone();
     run_on(&rt, async move {
-        let c = connect(&url, "public").await?;
+        let c = connect(&url, &connector, "public").await?;
         c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
             .await
             .map_err(be)
