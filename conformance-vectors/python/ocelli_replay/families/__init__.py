@@ -19,6 +19,8 @@ IMPLEMENTED = (
     "dot_shares",
     "envelope_header",
     "envelope_sealing",
+    "envelope_rejections",
+    "payload_rejections",
 )
 _LATER = (
     "ring",
