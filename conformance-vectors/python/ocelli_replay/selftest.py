@@ -39,12 +39,17 @@ EDITS: Dict[str, Tuple[str, int, str]] = {
     "envelope_sealing": ("signature", 9, "signature"),
     "envelope_rejections": ("envelope", 2000, "party 0"),
     "payload_rejections": ("payload#2", 3, "error"),
-    "comparison": ("x", 1, "x"),
-    "requests": ("share_seed", 5, ""),
+    "comparison": ("prf_seeds", 1, "parties[0].cross"),
+    "requests": ("text:\"reauth\": true|\"reauth\": false", 0, "outcomes[0] (reauth)"),
 }
 
 
 def flip(text: str, field: str, offset: int) -> str:
+    if field.startswith("text:"):
+        old, new = field[len("text:") :].split("|")
+        if old not in text:
+            raise SystemExit(f"selftest: no {old!r} to change")
+        return text.replace(old, new, 1)
     name, _, nth = field.partition("#")
     matches = list(re.finditer(r'"%s":\s*(?:\[\s*)?"' % re.escape(name), text))[: int(nth or 1)]
     match = matches[-1] if len(matches) == int(nth or 1) else None

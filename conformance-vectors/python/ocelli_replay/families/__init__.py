@@ -1,4 +1,4 @@
-"""One module per family; SPECS holds the families this replayer implements."""
+"""One module per family; IMPLEMENTED lists the families this replayer replays."""
 
 from __future__ import annotations
 
@@ -21,18 +21,8 @@ IMPLEMENTED = (
     "envelope_sealing",
     "envelope_rejections",
     "payload_rejections",
-)
-_LATER = (
-    "ring",
-    "layout",
-    "masked_bitvectors",
-    "rotations",
-    "trimmed_masks",
-    "template_codec",
-    "shamir",
-    "preprocess",
-    "dot_shares",
-    "envelope_header",
+    "comparison",
+    "requests",
 )
 
 

@@ -47,12 +47,19 @@ class TemplateError(Exception):
         self.value: Tuple[str, Any] = (kind, fields)
 
 
+BASE64_CHARS = 2_136
+
+
 def _decode(obj: Any, field: str) -> bytes:
     text = obj[field]
+    if len(text) > BASE64_CHARS + 4:
+        raise TemplateError("length", {"field": field, "expected": iris.PACKED_BYTES, "actual": len(text) // 4 * 3})
     try:
         data = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError, ValueError):
         raise TemplateError("base64", {"field": field}) from None
+    if base64.b64encode(data).decode("ascii") != text:
+        raise TemplateError("base64", {"field": field})
     if len(data) != iris.PACKED_BYTES:
         raise TemplateError("length", {"field": field, "expected": iris.PACKED_BYTES, "actual": len(data)})
     return data
@@ -72,8 +79,6 @@ def parse_template(data: bytes, min_usable_bits: int) -> Tuple[bytes, bytes, str
     code = _decode(obj, "iris_codes")
     mask = _decode(obj, "mask_codes")
     version = obj["iris_code_version"]
-    if len(version.encode("utf-8")) > MAX_VERSION_LEN:
-        raise TemplateError("version_too_long", {"len": len(version.encode("utf-8"))})
     bits = iris.unpack(mask)
     for i in range(0, iris.CODE_BITS, 2):
         if bits[i] != bits[i + 1]:
@@ -81,6 +86,8 @@ def parse_template(data: bytes, min_usable_bits: int) -> Tuple[bytes, bytes, str
     usable = sum(bits)
     if usable < min_usable_bits:
         raise TemplateError("too_few_usable_bits", {"usable": usable, "required": min_usable_bits})
+    if len(version.encode("utf-8")) > MAX_VERSION_LEN:
+        raise TemplateError("version_too_long", {"len": len(version.encode("utf-8"))})
     return code, mask, version, usable
 
 
