@@ -63,10 +63,12 @@ class ChaChaStream:
         self.seed, self.rounds, self.counter, self.buffer = seed, rounds, 0, b""
 
     def bytes(self, n: int) -> bytes:
-        while len(self.buffer) < n:
+        """The next n bytes; a draw takes whole 4-byte words, so a draw of n bytes moves ceil(n / 4) words."""
+        take = -(-n // 4) * 4
+        while len(self.buffer) < take:
             self.buffer += chacha_block(self.seed, self.counter, self.rounds)
             self.counter += 1
-        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        out, self.buffer = self.buffer[:n], self.buffer[take:]
         return out
 
     def u16s(self, n: int) -> List[int]:

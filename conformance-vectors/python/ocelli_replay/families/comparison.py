@@ -1,20 +1,18 @@
-"""`comparison`: the comparison phase (docs/conformance.md, `comparison`) recomputed per party.
-
-Split, cross term and the parts of x are recomputed round by round from the PRF seeds; the
-match-bit components are checked for consistency (they XOR to the opened bits), because the
-order of the AND gates inside MSB(x) is not in the documents.
-"""
+"""`comparison`: the comparison phase (docs/conformance.md, `comparison`) recomputed per party,
+round by round, from the recorded shares and the PRF seeds."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from ocelli_replay import msb
 from ocelli_replay.check import eq
 from ocelli_replay.loader import Failure, Spec, Vector
 from ocelli_replay.rng import ChaChaStream
 from ocelli_replay.schema import ListOf
 
 M16, M32 = 0xFFFF, 0xFFFF_FFFF
+X_BITS = 32
 PARTS = {"cd": "u16hex", "md": "u16hex", "cross": "u16hex", "x": "u32hex", "matches": "bits"}
 CASES = {
     "compare": {
@@ -30,8 +28,8 @@ CASES = {
 }
 
 
-def run(a_coef: int, cd_shares: List[List[int]], md_shares: List[List[int]], seeds: List[bytes]) -> List[Dict[str, List[int]]]:
-    """Each party's parts of cd, md, the cross term and x after steps 1 to 3."""
+def run(a_coef: int, cd_shares: List[List[int]], md_shares: List[List[int]], seeds: List[bytes]) -> List[Dict[str, List[Any]]]:
+    """Each party's parts of cd, md, the cross term and x, and its own component of the match bits."""
     n = len(cd_shares[0])
     streams = [ChaChaStream(s) for s in seeds]
     s = [cd_shares[p] + md_shares[p] for p in range(3)]
@@ -39,20 +37,30 @@ def run(a_coef: int, cd_shares: List[List[int]], md_shares: List[List[int]], see
     t = streams[1].u16s(2 * n)
     b = [(s[2][i] + t[i] - r[i]) & M16 for i in range(2 * n)]
     a = [((s[0][i] + r[i]) + s[1][i] - t[i]) & M16 for i in range(2 * n)]
-    w0, w1 = streams[0].u16s(n), streams[0].u16s(n)
+    w0 = streams[0].u16s(n)
+    streams[0].u16s(n)
     p2 = streams[1].u16s(n)
     u = [a[n + i] >> 15 for i in range(n)]
     v = [b[n + i] >> 15 for i in range(n)]
     p = [(w0[i] + p2[i]) & M16 for i in range(n)]
-    k1 = [(w1[i] + a_coef * u[i] - p[i]) & M16 for i in range(n)]
-    q = [((k1[i] - w1[i]) if v[i] else (-p2[i] - w0[i])) & M16 for i in range(n)]
+    q = [((a_coef * u[i] - p[i]) if v[i] else (-p2[i] - w0[i])) & M16 for i in range(n)]
 
     def x_part(cd: List[int], md: List[int], top: List[int], k: List[int]) -> List[int]:
         return [(a_coef * md[i] - 65536 * (cd[i] + a_coef * top[i] - k[i])) & M32 for i in range(n)]
 
-    one = {"cd": a[:n], "md": a[n:], "cross": p, "x": x_part(a[:n], a[n:], u, p)}
-    other = {"cd": b[:n], "md": b[n:], "cross": q, "x": x_part(b[:n], b[n:], v, q)}
-    return [other, one, other]
+    one: Dict[str, List[Any]] = {"cd": a[:n], "md": a[n:], "cross": p, "x": x_part(a[:n], a[n:], u, p)}
+    other: Dict[str, List[Any]] = {"cd": b[:n], "md": b[n:], "cross": q, "x": x_part(b[:n], b[n:], v, q)}
+    w = -(-n // 64)
+    r_planes = streams[0].u64s(X_BITS * w)
+    zeros = [0] * (X_BITS * w)
+    single = (r_planes, [x ^ y for x, y in zip(msb.to_planes(one["x"], X_BITS, w), r_planes)], zeros)
+    pair = (zeros, zeros, msb.to_planes(other["x"], X_BITS, w))
+    carry = msb.carry_into(streams, single, pair, w, X_BITS - 1)
+    bits = msb.xor(msb.xor(msb.plane(single, w, X_BITS - 1), msb.plane(pair, w, X_BITS - 1)), carry)
+    parts = [dict(other), dict(one), dict(other)]
+    for party in range(3):
+        parts[party]["matches"] = [bool(bits[party][e // 64] >> (e % 64) & 1) for e in range(n)]
+    return parts
 
 
 def verify(v: Vector, _all: List[Vector]) -> None:
@@ -72,9 +80,8 @@ def verify(v: Vector, _all: List[Vector]) -> None:
         eq(f"{name}: sum", sums, [x & M16 for x in plain])
     parts = run(a_coef, c["cd_shares"], c["md_shares"], c["prf_seeds"])
     for p in range(3):
-        for key in ("cd", "md", "cross", "x"):
+        for key in ("cd", "md", "cross", "x", "matches"):
             eq(f"parties[{p}].{key}", parts[p][key], c["parties"][p][key])
-        eq(f"parties[{p}].matches: count", len(c["parties"][p]["matches"]), n)
     mask = {"cd": M16, "md": M16, "cross": M16, "x": M32}
     for key in ("cd", "md", "cross", "x"):
         opened = [(parts[1][key][i] + parts[0][key][i]) & mask[key] for i in range(n)]
