@@ -97,12 +97,18 @@ def check_file(vectors: List[Vector]) -> None:
 def verify(v: Vector, vectors: List[Vector]) -> None:
     c = v.case
     if v.kind == "database":
+        for i, person in enumerate(c["people"]):
+            eq(f"people[{i}].share_seed: bytes", len(person["share_seed"]), 32)
         ids = [p["serial_id"] for p in c["people"]]
         eq("people: serial ids increasing", ids == sorted(set(ids)), True)
         return
     db = {p["serial_id"]: (eye(p["left"], "left"), eye(p["right"], "right")) for p in vectors[c["database"] - 1].case["people"]}
     a = c["threshold_a"]
     eq("prf_seeds: count", len(c["prf_seeds"]), 3)
+    for i, seed in enumerate(c["prf_seeds"]):
+        eq(f"prf_seeds[{i}]: bytes", len(seed), 32)
+    for i, r in enumerate(c["requests"]):
+        eq(f"requests[{i}].share_seed: bytes", len(r["share_seed"]), 32)
     eq("outcomes: count", len(c["outcomes"]), len(c["requests"]))
     candidates: List[Tuple[int, Tuple[Eye, Eye]]] = []
     for i, r in enumerate(c["requests"]):
