@@ -1,0 +1,1 @@
+"""An independent replayer of ocelli's conformance vectors (docs/conformance.md)."""

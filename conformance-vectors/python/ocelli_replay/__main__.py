@@ -1,0 +1,3 @@
+from ocelli_replay.cli import main
+
+raise SystemExit(main())
