@@ -702,9 +702,7 @@ async fn forged_catch_up_is_refused() -> Res {
 #[test]
 #[ignore = "large: run in release (see the doc comment)"]
 fn a_batch_at_the_largest_pass_succeeds() {
-    use ocelli_mpc::pipeline::{
-        evaluate, pass_comparisons, PipelineConfig, PipelineRequest, Target,
-    };
+    use ocelli_mpc::pipeline::{evaluate, pass_comparisons, PipelineConfig, PipelineRequest};
     use rand_chacha::rand_core::SeedableRng;
     let allowed = max_pass_comparisons_allowed();
     let requests = 33usize;
@@ -730,14 +728,7 @@ fn a_batch_at_the_largest_pass_succeeds() {
         }
         let reqs: Vec<PipelineRequest<'_>> = queries
             .iter()
-            .map(|q| PipelineRequest {
-                shares: q,
-                target: Target::Database,
-                against_earlier: false,
-                candidate: false,
-                or_policy: false,
-                rules: Default::default(),
-            })
+            .map(|q| PipelineRequest::against_database(q))
             .collect();
         evaluate(s, &ocelli_mpc::engine::CpuEngine::new(), &m, &reqs, &config).map(|r| r.len())
     });

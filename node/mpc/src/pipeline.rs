@@ -64,6 +64,21 @@ pub struct PipelineRequest<'a> {
     pub rules: PairRules,
 }
 
+impl<'a> PipelineRequest<'a> {
+    /// A plain uniqueness check of `shares` against the whole database: both eyes must match,
+    /// no batch candidates, no further rules.
+    pub fn against_database(shares: &'a PartyShares) -> Self {
+        PipelineRequest {
+            shares,
+            target: Target::Database,
+            against_earlier: false,
+            candidate: false,
+            or_policy: false,
+            rules: PairRules::default(),
+        }
+    }
+}
+
 /// Per-request pair rules beyond the request's own eye policy. All public: they only decide
 /// which pairs are compared and which eye rule each pair uses, so they cost no extra round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use crate::dot::DotEngine;
 use crate::error::EngineError;
 use crate::local::{additive_u16, replays, run_one, run_three_wrapped, Link};
 use crate::network::NetworkError;
-use crate::pipeline::{evaluate, MatchResult, PipelineConfig, PipelineRequest, Target};
+use crate::pipeline::{evaluate, MatchResult, PipelineConfig, PipelineRequest};
 use crate::scratch::ScratchVec;
 use crate::session::Session;
 use crate::synthetic::random_shares;
@@ -258,6 +258,25 @@ pub trait ComparisonPlace: Sync {
     ) -> Result<Vec<u64>, NetworkError>;
 }
 
+/// [`evaluate`] on `circuit` and `engine`, their calls timed into `timers`.
+fn evaluate_timed<C: Circuit>(
+    circuit: &mut C,
+    engine: &dyn DotEngine,
+    db: &MatchDb,
+    requests: &[PipelineRequest<'_>],
+    config: &PipelineConfig,
+    timers: &PassTimers,
+) -> Result<Vec<MatchResult>, NetworkError> {
+    let engine = TimedEngine::new(engine, timers);
+    evaluate(
+        &mut TimedCircuit::new(circuit, timers),
+        &engine,
+        db,
+        requests,
+        config,
+    )
+}
+
 fn opened_match_bits<C: Circuit>(
     circuit: &mut C,
     cd: &[u16],
@@ -306,14 +325,7 @@ impl ComparisonPlace for OnHost {
         config: &PipelineConfig,
         timers: &PassTimers,
     ) -> Result<Vec<MatchResult>, NetworkError> {
-        let engine = TimedEngine::new(engine, timers);
-        evaluate(
-            &mut TimedCircuit::new(session, timers),
-            &engine,
-            db,
-            requests,
-            config,
-        )
+        evaluate_timed(session, engine, db, requests, config, timers)
     }
 
     fn open_match_bits(
@@ -476,14 +488,7 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
         timers: &PassTimers,
     ) -> Result<Vec<MatchResult>, NetworkError> {
         let mut circuit = DeviceCircuit::new(session, self.device_of(session));
-        let engine = TimedEngine::new(engine, timers);
-        evaluate(
-            &mut TimedCircuit::new(&mut circuit, timers),
-            &engine,
-            db,
-            requests,
-            config,
-        )
+        evaluate_timed(&mut circuit, engine, db, requests, config, timers)
     }
 
     fn open_match_bits(
@@ -650,14 +655,7 @@ pub fn run(
         let i = s.party().index();
         let requests: Vec<PipelineRequest<'_>> = queries
             .iter()
-            .map(|person| PipelineRequest {
-                shares: person,
-                target: Target::Database,
-                against_earlier: false,
-                candidate: false,
-                or_policy: false,
-                rules: Default::default(),
-            })
+            .map(|person| PipelineRequest::against_database(person))
             .collect();
         place
             .evaluate(s, engines[i], &db, &requests, &pipeline_config, timers)

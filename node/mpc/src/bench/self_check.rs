@@ -19,7 +19,7 @@ use crate::dot::DotEngine;
 use crate::error::EngineError;
 use crate::local::{run_three_wrapped, Link};
 use crate::pipeline::query::QueryMatrix;
-use crate::pipeline::{PipelineConfig, PipelineRequest, Target};
+use crate::pipeline::{PipelineConfig, PipelineRequest};
 use crate::synthetic;
 
 type Person = (IrisTemplate, IrisTemplate);
@@ -292,14 +292,7 @@ pub fn self_check(
         let i = s.party().index();
         let requests: Vec<PipelineRequest<'_>> = query_shares
             .iter()
-            .map(|shares| PipelineRequest {
-                shares: &shares[i],
-                target: Target::Database,
-                against_earlier: false,
-                candidate: false,
-                or_policy: false,
-                rules: Default::default(),
-            })
+            .map(|shares| PipelineRequest::against_database(&shares[i]))
             .collect();
         place.evaluate(
             s,
