@@ -2,11 +2,12 @@
 
 use std::ffi::c_void;
 
-use cudarc::cublas::result::{gemm_ex, CublasError};
+use cudarc::cublas::result::gemm_ex;
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::cublas::CudaBlas;
 use cudarc::nvrtc::CompileError;
 
+use super::error::GpuError;
 use crate::device::KERNELS_CU;
 
 /// `C = A^T B + beta C` in column-major storage: `A` is `k x m` (one database vector per
@@ -16,8 +17,14 @@ pub(super) fn int8_gemm(
     (m, n, k): (usize, usize, usize),
     (a, b, c): (u64, u64, u64),
     beta: i32,
-) -> Result<(), CublasError> {
+) -> Result<(), GpuError> {
     let alpha = 1i32;
+    // cuBLAS takes its sizes as C ints; a size past that is refused, never wrapped.
+    let (m, n, k) = (
+        GpuError::fits_i32("GEMM rows", m)?,
+        GpuError::fits_i32("GEMM columns", n)?,
+        GpuError::fits_i32("GEMM depth", k)?,
+    );
     // SAFETY: callers pass live device allocations of at least these sizes on the handle's
     // stream; alpha and beta are host i32 scalars, as CUBLAS_COMPUTE_32I requires in the
     // default pointer mode.
@@ -26,24 +33,25 @@ pub(super) fn int8_gemm(
             *blas.handle(),
             cublasOperation_t::CUBLAS_OP_T,
             cublasOperation_t::CUBLAS_OP_N,
-            m as i32,
-            n as i32,
-            k as i32,
+            m,
+            n,
+            k,
             (&alpha as *const i32).cast::<c_void>(),
             a as *const c_void,
             cudaDataType::CUDA_R_8I,
-            k as i32,
+            k,
             b as *const c_void,
             cudaDataType::CUDA_R_8I,
-            k as i32,
+            k,
             (&beta as *const i32).cast::<c_void>(),
             c as *mut c_void,
             cudaDataType::CUDA_R_32I,
-            m as i32,
+            m,
             cublasComputeType_t::CUBLAS_COMPUTE_32I,
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
-    }
+    }?;
+    Ok(())
 }
 
 /// The entry point in [`KERNELS_CU`] that [`Device`] loads.

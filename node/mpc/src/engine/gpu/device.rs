@@ -100,7 +100,11 @@ impl Device {
             int8_gemm(&self.blas, shape, (a_hi, b_lo, cross), 1)?;
         }
         let c_db = db.corrections.slice(first..first + m);
-        let (m32, m_pad32, n32) = (m as u32, m_pad as u32, n as u32);
+        let (m32, m_pad32, n32) = (
+            GpuError::fits_u32("product rows", m)?,
+            GpuError::fits_u32("padded product rows", m_pad)?,
+            GpuError::fits_u32("product columns", n)?,
+        );
         let length = u32::from(length_term(len));
         let config = LaunchConfig {
             grid_dim: (m32.div_ceil(256), n32.min(65_535), 1),

@@ -36,7 +36,27 @@ pub enum GpuError {
     /// A cuBLAS call failed.
     #[error("cuBLAS: {0}")]
     Blas(#[from] CublasError),
+    /// A size past what the device API takes (a 32-bit count).
+    #[error("{what} of {value} exceeds the device's 32-bit limit")]
+    TooLarge {
+        /// Which size.
+        what: &'static str,
+        /// Its value.
+        value: usize,
+    },
     /// The kernels did not compile.
     #[error("NVRTC: {0}")]
     Compile(#[from] CompileError),
+}
+
+impl GpuError {
+    /// `value` as a C int, or [`GpuError::TooLarge`].
+    pub(super) fn fits_i32(what: &'static str, value: usize) -> Result<i32, GpuError> {
+        i32::try_from(value).map_err(|_| GpuError::TooLarge { what, value })
+    }
+
+    /// `value` as a u32, or [`GpuError::TooLarge`].
+    pub(super) fn fits_u32(what: &'static str, value: usize) -> Result<u32, GpuError> {
+        u32::try_from(value).map_err(|_| GpuError::TooLarge { what, value })
+    }
 }

@@ -5,6 +5,7 @@ use rand_core::{RngCore, SeedableRng};
 use super::blas::{compile_kernels, COMBINE_KERNEL};
 use super::*;
 use crate::engine::CpuEngine;
+use cudarc::nvrtc::CompileError;
 
 /// The engine, or `None` after printing why GPU tests skip here.
 fn engine_or_skip(test: &str) -> Option<GpuEngine> {
@@ -44,6 +45,45 @@ fn kernels_compile_with_nvrtc() {
             ptx.len()
         );
     }
+}
+
+/// The kernels assembled for sm_90 (H100, H200) by ptxas inside NVRTC, with a register spill
+/// an error: a kernel that spills to local memory runs at a fraction of its speed, and a
+/// change that makes one spill should fail here rather than on a device. A register cap low
+/// enough to force spills must fail the same check, or the check checks nothing.
+#[test]
+fn kernels_assemble_for_sm_90_without_register_spills() {
+    // SAFETY: this only tries to open the shared library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        println!(
+            "kernels_assemble_for_sm_90_without_register_spills: SKIPPED, {}",
+            GpuError::NoNvrtc
+        );
+        return;
+    }
+    let assemble = |maxrregcount: Option<usize>| {
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some("sm_90"),
+            maxrregcount,
+            options: vec![
+                "--ptxas-options=--warn-on-spills".into(),
+                "--ptxas-options=--warning-as-error".into(),
+            ],
+            ..Default::default()
+        };
+        match cudarc::nvrtc::compile_ptx_with_opts(crate::device::KERNELS_CU, opts) {
+            // For a real architecture NVRTC keeps the assembled binary, not the PTX: asking
+            // for PTX afterwards is the only error a clean assembly gives.
+            Ok(_) | Err(CompileError::GetPtxError(_)) => Ok(()),
+            Err(CompileError::CompileError { log, .. }) => Err(log.to_string_lossy().into_owned()),
+            Err(e) => panic!("NVRTC: {e:?}"),
+        }
+    };
+    if let Err(log) = assemble(None) {
+        panic!("a kernel spills registers on sm_90:\n{log}");
+    }
+    let forced = assemble(Some(24)).expect_err("24 registers (sm_90's least) force a spill");
+    assert!(forced.contains("spill"), "{forced}");
 }
 
 #[test]
@@ -172,4 +212,17 @@ fn the_comparison_phase_on_the_gpu_passes_the_device_parity_suite() {
     parity::the_comparison_phase_on_the_device_equals_the_host_path(gpu.kernels());
     parity::or_trees_and_opening_on_the_device_equal_the_host_path(gpu.kernels());
     parity::pipeline_results_equal_with_the_comparison_phase_on_the_device(gpu.kernels());
+}
+
+/// A GEMM or grid size past 32 bits is an error, not a wrapped count.
+#[test]
+fn sizes_past_32_bits_are_refused() {
+    assert_eq!(GpuError::fits_i32("GEMM rows", 12_800).ok(), Some(12_800));
+    let err = GpuError::fits_i32("GEMM rows", 1 << 31).expect_err("2^31 is no C int");
+    assert_eq!(
+        err.to_string(),
+        "GEMM rows of 2147483648 exceeds the device's 32-bit limit"
+    );
+    assert!(GpuError::fits_u32("product rows", u32::MAX as usize).is_ok());
+    assert!(GpuError::fits_u32("product rows", u32::MAX as usize + 1).is_err());
 }
