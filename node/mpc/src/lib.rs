@@ -45,6 +45,7 @@ pub mod scratch;
 pub mod session;
 pub mod share;
 pub mod synthetic;
+pub mod wellformed;
 
 pub use db::{MatchDb, Part};
 pub use dot::DotEngine;
