@@ -30,6 +30,7 @@ use sdk_orb::shamir::{EyeShares, PartyShares};
 use sdk_orb::{PartyId, CODE_COEFS, MASK_COEFS};
 use zeroize::Zeroizing;
 
+use crate::bits::plane_to_bits;
 use crate::circuit::{Circuit, SharedBits};
 use crate::compare::{or, or_blocks};
 use crate::network::NetworkError;
@@ -68,34 +69,61 @@ fn eye_checks(party: PartyId, eye: &EyeShares, out: &mut Vec<u16>) {
     out.extend((0..CODE_COEFS).map(|j| v[j].wrapping_neg().wrapping_sub(pair(j))));
 }
 
-/// Whether `shares` (this party's, of one person) encode well-formed templates, decided with
-/// the other two parties holding their shares of the same person. Opens one bit; every party
-/// learns the same answer.
+/// For each person of `people` (this party's shares), whether the shares encode well-formed
+/// templates, decided with the other two parties holding their shares of the same people in
+/// the same order. All people in one comparison run and one OR tree: 28 rounds whatever their
+/// number. Opens one bit per person; every party learns the same answers.
 ///
 /// # Errors
 /// Transport failures.
 pub fn well_formed<C: Circuit>(
     circuit: &mut C,
-    shares: &PartyShares,
-) -> Result<bool, NetworkError> {
+    people: &[&PartyShares],
+) -> Result<Vec<bool>, NetworkError> {
+    if people.is_empty() {
+        return Ok(Vec::new());
+    }
     let party = circuit.party();
-    let mut differences = Zeroizing::new(Vec::with_capacity(CHECKS_PER_PERSON));
-    eye_checks(party, &shares.left, &mut differences);
-    eye_checks(party, &shares.right, &mut differences);
-    debug_assert_eq!(differences.len(), CHECKS_PER_PERSON);
+    let n = people.len();
+    let per_person: Vec<Zeroizing<Vec<u16>>> = people
+        .iter()
+        .map(|shares| {
+            let mut d = Zeroizing::new(Vec::with_capacity(CHECKS_PER_PERSON));
+            eye_checks(party, &shares.left, &mut d);
+            eye_checks(party, &shares.right, &mut d);
+            d
+        })
+        .collect();
+    // Word-interleaved, `[word][person]`: the OR over a person's words is then an OR of
+    // blocks, person `p`'s result in word `p`.
+    let words = CHECKS_PER_PERSON / 64;
+    let mut differences = Zeroizing::new(Vec::with_capacity(n * CHECKS_PER_PERSON));
+    for k in 0..words {
+        for d in &per_person {
+            differences.extend_from_slice(&d[64 * k..64 * (k + 1)]);
+        }
+    }
+    drop(per_person);
     let ones = vec![u16::from(party.index() == 0); differences.len()];
     let flags = circuit.match_bits(&differences, &ones, HALF)?;
-    // 2,000 words of flags, ORed to one word, then its 64 bits to one.
-    let mut any = or_blocks(circuit, &flags, flags.words())?;
+    drop(differences);
+    let mut any = or_blocks(circuit, &flags, words)?;
+    // Person `p`'s flags at bits `p * width..(p + 1) * width`, halved until one each.
     let mut width = 64;
     while width > 1 {
         width /= 2;
-        let low: Vec<Option<usize>> = (0..width).map(Some).collect();
-        let high: Vec<Option<usize>> = (width..2 * width).map(Some).collect();
-        any = or(circuit, &any.gather(&low), &any.gather(&high))?;
+        let half = |offset: usize| -> Vec<Option<usize>> {
+            (0..n)
+                .flat_map(|p| (0..width).map(move |i| Some(p * 2 * width + offset + i)))
+                .collect()
+        };
+        any = or(circuit, &any.gather(&half(0)), &any.gather(&half(width)))?;
     }
     let opened = circuit.open(&any)?;
-    Ok(opened[0] & 1 == 0)
+    Ok(plane_to_bits(&opened, n)
+        .into_iter()
+        .map(|bad| !bad)
+        .collect())
 }
 
 #[cfg(test)]
@@ -140,14 +168,15 @@ mod tests {
         (code.to_vec(), mask.to_vec())
     }
 
-    /// What every party decides, checked to agree.
-    fn decide(seed: u64, shares: &[PartyShares]) -> bool {
+    /// What every party decides for each person (`people[k][party]`), checked to agree.
+    fn decide_all(seed: u64, people: &[Vec<PartyShares>]) -> Vec<bool> {
         let out = run_three(seed, |s| {
             let i = s.party().index();
-            well_formed(s, &shares[i]).expect("in-memory network")
+            let mine: Vec<&PartyShares> = people.iter().map(|p| &p[i]).collect();
+            well_formed(s, &mine).expect("in-memory network")
         });
         assert!(out.iter().all(|(d, _, _)| *d == out[0].0));
-        out[0].0
+        out[0].0.clone()
     }
 
     #[test]
@@ -157,10 +186,9 @@ mod tests {
         let (lc, lm) = values(&l);
         let (rc, rm) = values(&r);
         let honest = share_values(&mut rng, (&lc, &lm), (&rc, &rm));
-        assert!(decide(1, &honest), "a synthetic person is well formed");
         // Its shares as the orb SDK makes them, too.
         let sdk = synthetic::share_person(&mut rng, &l, &r);
-        assert!(decide(2, &sdk));
+        let mut people = vec![honest, sdk];
 
         let first = |mask: &[u16], value: u16| {
             (0..MASK_COEFS)
@@ -180,7 +208,7 @@ mod tests {
             (1, false, 9, 0x8000),
             (0, true, (rng.next_u32() as usize) % CODE_COEFS, 0x7fff),
         ];
-        for (k, &(eye, code, j, value)) in cases.iter().enumerate() {
+        for &(eye, code, j, value) in &cases {
             let (mut c, mut m) = if eye == 0 {
                 (lc.clone(), lm.clone())
             } else {
@@ -191,16 +219,18 @@ mod tests {
             } else {
                 m[j] = value;
             }
-            let shares = if eye == 0 {
+            people.push(if eye == 0 {
                 share_values(&mut rng, (&c, &m), (&rc, &rm))
             } else {
                 share_values(&mut rng, (&lc, &lm), (&c, &m))
-            };
-            assert!(
-                !decide(10 + k as u64, &shares),
-                "case {k}: eye {eye}, code {code}, coefficient {j}, value {value:#x} passed"
-            );
+            });
         }
+        // One batch: the well-formed people among the malformed ones.
+        people.swap(1, 6);
+        let decided = decide_all(1, &people);
+        let expected: Vec<bool> = (0..people.len()).map(|k| k == 0 || k == 6).collect();
+        assert_eq!(decided, expected, "cases: {cases:?}");
+        assert_eq!(decide_all(2, &[]), Vec::<bool>::new());
     }
 
     #[test]
@@ -210,8 +240,9 @@ mod tests {
         let shares = synthetic::share_person(&mut rng, &l, &r);
         let out = run_three(3, |s| {
             let i = s.party().index();
-            well_formed(s, &shares[i]).expect("in-memory network")
+            well_formed(s, &[&shares[i]]).expect("in-memory network")
         });
+        assert_eq!(out[0].0, vec![true]);
         let (_, traffic, _) = &out[0];
         // 128,000 comparisons at 13.75 bytes, then the OR tree and one opened word.
         assert_eq!(CHECKS_PER_PERSON, 128_000);
