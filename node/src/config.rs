@@ -50,6 +50,41 @@ pub struct NodeConfig {
     /// What callers may hold open: connections and result streams.
     #[serde(default)]
     pub connections: ConnectionsConfig,
+    /// Liveness and readiness bounds, peer probing.
+    #[serde(default)]
+    pub health: HealthConfig,
+}
+
+/// When `/livez` calls the batch loop stuck, and how often peers are probed for `/readyz`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// Stuck when the oldest pending request is older than this while both peers answer,
+    /// seconds. Best above `batch.request_timeout_ms` (a warning at start otherwise): a request
+    /// one node lacks waits that long for its time-out without anything being stuck.
+    pub max_pending_age_s: u64,
+    /// Stuck when no batch has committed for this long while requests wait, peers up or not,
+    /// seconds.
+    pub max_commit_gap_s: u64,
+    /// Pause between pings of each peer, milliseconds.
+    pub peer_probe_interval_ms: u64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            max_pending_age_s: 300,
+            max_commit_gap_s: 900,
+            peer_probe_interval_ms: 5_000,
+        }
+    }
+}
+
+impl HealthConfig {
+    /// `peer_probe_interval_ms` as a duration.
+    pub fn peer_probe_interval(&self) -> Duration {
+        Duration::from_millis(self.peer_probe_interval_ms)
+    }
 }
 
 /// What callers may hold open. A connection is unauthenticated from its accept until its TLS
@@ -531,6 +566,18 @@ impl NodeConfig {
             "OCELLI_BATCH_REQUEST_TIMEOUT_MS",
             self.batch.request_timeout_ms
         );
+        over!(
+            "OCELLI_HEALTH_MAX_PENDING_AGE_S",
+            self.health.max_pending_age_s
+        );
+        over!(
+            "OCELLI_HEALTH_MAX_COMMIT_GAP_S",
+            self.health.max_commit_gap_s
+        );
+        over!(
+            "OCELLI_HEALTH_PEER_PROBE_INTERVAL_MS",
+            self.health.peer_probe_interval_ms
+        );
         over!("OCELLI_MATCHING_ENABLED", self.matching.enabled);
         over!("OCELLI_MATCHING_THRESHOLD", self.matching.threshold);
         over!("OCELLI_MATCHING_PRIVACY_MAX", self.matching.privacy_max);
@@ -665,6 +712,16 @@ impl NodeConfig {
         if conn.max_result_streams_per_client == 0 {
             return bad("connections.max_result_streams_per_client must be at least 1");
         }
+        let health = &self.health;
+        if health.max_pending_age_s == 0 {
+            return bad("health.max_pending_age_s must be at least 1");
+        }
+        if health.max_commit_gap_s == 0 {
+            return bad("health.max_commit_gap_s must be at least 1");
+        }
+        if !(10..=60_000).contains(&health.peer_probe_interval_ms) {
+            return bad("health.peer_probe_interval_ms must lie in [10, 60000]");
+        }
         Ok(())
     }
 
@@ -770,6 +827,29 @@ cert = "p2.pem"
         c.store.tls = tls;
         c.store.tls_ca = ca.map(Path::to_owned);
         c
+    }
+
+    #[test]
+    fn health_bounds_are_validated() -> Result<(), Box<dyn std::error::Error>> {
+        let c = NodeConfig::from_toml(&format!(
+            "{SAMPLE}[health]\nmax_pending_age_s = 60\nmax_commit_gap_s = 120\n"
+        ))?;
+        assert_eq!(c.health.max_pending_age_s, 60);
+        assert_eq!(c.health.peer_probe_interval_ms, 5_000);
+        c.validate()?;
+        let invalid = |f: &dyn Fn(&mut NodeConfig)| {
+            let mut c = c.clone();
+            f(&mut c);
+            matches!(c.validate(), Err(ConfigError::Invalid(m)) if m.starts_with("health."))
+        };
+        assert!(invalid(&|c| c.health.max_pending_age_s = 0));
+        assert!(invalid(&|c| c.health.max_commit_gap_s = 0));
+        assert!(invalid(&|c| c.health.peer_probe_interval_ms = 0));
+        assert!(invalid(&|c| c.health.peer_probe_interval_ms = 600_000));
+        let mut c = c.clone();
+        c.apply_env(|k| (k == "OCELLI_HEALTH_MAX_COMMIT_GAP_S").then(|| "7".to_owned()))?;
+        assert_eq!(c.health.max_commit_gap_s, 7);
+        Ok(())
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod config;
 pub mod demo;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod health;
 pub mod ids;
 pub mod intake;
 pub mod keys;

@@ -1,6 +1,7 @@
 //! Prometheus metrics, one registry per node (so several nodes can share a
 //! process in tests). Names and meanings are listed in docs/operations.md.
 
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -47,7 +48,29 @@ pub struct Metrics {
     /// `ocelli_unauthenticated_evicted_total{port}`: unauthenticated connections closed to admit
     /// a newer one over a cap.
     pub evicted: IntCounterVec,
+    /// `ocelli_oldest_pending_age_seconds`: age of the oldest pending request (0: none).
+    pub oldest_pending_age: IntGauge,
+    /// `ocelli_seconds_since_last_commit`: since a batch was last applied here (or start).
+    pub since_commit: IntGauge,
+    /// `ocelli_peer_up{peer}`: 1 while the peer answers pings.
+    pub peer_up: IntGaugeVec,
+    /// `ocelli_batches_aborted_total{cause}`: coordinator rounds that failed, by cause.
+    pub batches_aborted: IntCounterVec,
+    /// Every metric family name this registry exports (with the `ocelli_` prefix).
+    names: Vec<String>,
 }
+
+/// The causes of `ocelli_batches_aborted_total`, all exported from start (at 0).
+pub const ABORT_CAUSES: &[&str] = &[
+    "peer_timeout",
+    "peer_refused",
+    "key_agreement",
+    "evaluation",
+    "apply",
+    "unattested",
+    "catch_up",
+    "store",
+];
 
 impl Metrics {
     /// Registers all metrics in a fresh registry labelled with the party id.
@@ -61,26 +84,27 @@ impl Metrics {
             Some([("party".to_owned(), party.to_string())].into()),
         )
         .expect("static registry");
+        let names = std::cell::RefCell::new(Vec::new());
+        let register = |c: Box<dyn Collector>| {
+            names
+                .borrow_mut()
+                .extend(c.desc().iter().map(|d| format!("ocelli_{}", d.fq_name)));
+            registry.register(c).expect("unique metric");
+        };
         let cv = |name: &str, help: &str, label: &str| {
             let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("static metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
+            register(Box::new(c.clone()));
             c
         };
         let g = |name: &str, help: &str| {
             let c = IntGauge::new(name, help).expect("static metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
+            register(Box::new(c.clone()));
             c
         };
         let h = |name: &str, help: &str, buckets: Vec<f64>| {
             let c = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
                 .expect("static metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
+            register(Box::new(c.clone()));
             c
         };
         let intake = cv("intake_total", "Submit calls by outcome", "status");
@@ -112,9 +136,7 @@ impl Metrics {
             "(query rotation, enrolled iris) pairs compared in MPC",
         )
         .expect("static metric");
-        registry
-            .register(Box::new(comparisons.clone()))
-            .expect("unique metric");
+        register(Box::new(comparisons.clone()));
         let enrolled = g("store_enrolled", "Enrolled entries");
         let pending = g("store_pending", "Requests waiting for a batch");
         let store_bytes = g("store_bytes", "Store file size in bytes");
@@ -122,9 +144,7 @@ impl Metrics {
         let ready = g("ready", "1 when the node is ready");
         let load_ms = IntCounter::new("share_load_milliseconds_total", "Time loading shares")
             .expect("static metric");
-        registry
-            .register(Box::new(load_ms.clone()))
-            .expect("unique metric");
+        register(Box::new(load_ms.clone()));
         let unauthenticated = IntGaugeVec::new(
             Opts::new(
                 "unauthenticated_connections",
@@ -133,14 +153,34 @@ impl Metrics {
             &["port"],
         )
         .expect("static metric");
-        registry
-            .register(Box::new(unauthenticated.clone()))
-            .expect("unique metric");
+        register(Box::new(unauthenticated.clone()));
         let evicted = cv(
             "unauthenticated_evicted_total",
             "Unauthenticated connections closed to admit a newer one over a cap",
             "port",
         );
+        let oldest_pending_age = g(
+            "oldest_pending_age_seconds",
+            "Age of the oldest pending request in seconds (0: none)",
+        );
+        let since_commit = g(
+            "seconds_since_last_commit",
+            "Seconds since a batch was last applied here (or since start)",
+        );
+        let peer_up = IntGaugeVec::new(
+            Opts::new("peer_up", "1 while the peer answers pings"),
+            &["peer"],
+        )
+        .expect("static metric");
+        register(Box::new(peer_up.clone()));
+        let batches_aborted = cv(
+            "batches_aborted_total",
+            "Coordinator batch rounds that failed, by cause",
+            "cause",
+        );
+        for cause in ABORT_CAUSES {
+            batches_aborted.with_label_values(&[cause]);
+        }
         Self {
             registry,
             intake,
@@ -160,7 +200,33 @@ impl Metrics {
             load_ms,
             unauthenticated,
             evicted,
+            oldest_pending_age,
+            since_commit,
+            peer_up,
+            batches_aborted,
+            names: names.into_inner(),
         }
+    }
+
+    /// Every metric family name exported, with the `ocelli_` prefix (histograms add
+    /// `_bucket`, `_sum` and `_count` in the exposition).
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Exports the per-peer series from start, so alerts see them at 0 before any event.
+    pub fn init_peers(&self, peers: impl IntoIterator<Item = u8>) {
+        for p in peers {
+            let p = p.to_string();
+            self.peer_up.with_label_values(&[&p]).set(0);
+            self.peer_errors.with_label_values(&[&p]);
+            self.key_agreement_failures.with_label_values(&[&p]);
+        }
+    }
+
+    /// Counts a failed coordinator round by `cause` (one of [`ABORT_CAUSES`]).
+    pub fn batch_aborted(&self, cause: &str) {
+        self.batches_aborted.with_label_values(&[cause]).inc();
     }
 
     /// The Prometheus text exposition.

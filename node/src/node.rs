@@ -87,6 +87,8 @@ pub struct NodeState {
     /// before a rotation: what their batch attestations are checked against.
     pub(crate) peer_result_keys: std::collections::HashMap<u8, Vec<ed25519_dalek::VerifyingKey>>,
     pub(crate) metrics: Metrics,
+    /// Progress and peer reachability, for `/livez` and `/readyz`.
+    pub health: crate::health::Health,
     pub(crate) evaluator: Arc<dyn BatchEvaluator>,
     /// Pending requests whose payload this node could not open when it started (sealed to
     /// an HPKE key it no longer holds). Fixed after start: every envelope accepted later was
@@ -165,6 +167,8 @@ impl NodeState {
             peer_result_keys.insert(p.party_id, accepted);
         }
         let metrics = Metrics::new(party);
+        metrics.init_peers(config.peers.iter().map(|p| p.party_id));
+        let health = crate::health::Health::new(config.peers.iter().map(|p| p.party_id));
 
         let shares = load_shares(store.as_ref(), &metrics)?;
         evaluator.prepare(&shares)?;
@@ -210,6 +214,7 @@ impl NodeState {
             signer,
             peer_result_keys,
             metrics,
+            health,
             evaluator,
             unopenable,
             queue: Mutex::new(queue),

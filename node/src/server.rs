@@ -165,6 +165,11 @@ pub async fn run(
 
     let peers = Peers::connect(&state.config, &tls)?;
     let _ = state.peers.set(peers.clone());
+    let probe = tokio::spawn(crate::health::probe_peers(
+        state.clone(),
+        peers.clone(),
+        stop_rx.clone(),
+    ));
     // Only party 0 runs batches. Parties 1 and 2 decide nothing on their own, time-outs
     // included: a request is final only through a committed batch, so the three agree.
     let batch_task =
@@ -193,6 +198,7 @@ pub async fn run(
     let _ = peer_stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), peer_server).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+    probe.abort();
     dispatch_results.abort();
     // Wait for in-flight batch application to finish before the store closes.
     drop(state.apply_lock.lock().await);

@@ -262,6 +262,7 @@ async fn each_rejection_has_its_own_status_and_changes_nothing() -> Res {
         body.contains("ocelli_intake_total{status=\"bad_signature\",party=\"0\"} 1"),
         "{body}"
     );
+    c.wait_ready(Duration::from_secs(10)).await?;
     assert!(http_get(c.configs[1].listen.metrics, "/readyz")
         .await?
         .contains("200 OK"));

@@ -257,6 +257,7 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<Applie
         .metrics
         .last_batch
         .set(i64::try_from(commit.batch_id).unwrap_or(i64::MAX));
+    state.health.committed();
     Ok(Applied {
         results_digest,
         batch_digest: digest,

@@ -59,6 +59,7 @@ pub async fn run(state: Arc<NodeState>, peers: Peers, mut shutdown: watch::Recei
             Err(e) => {
                 tracing::warn!(error = %e, "batch round failed; requests stay pending");
                 state.metrics.batch("failed");
+                state.metrics.batch_aborted(e.cause());
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
                     _ = shutdown.changed() => {}
@@ -117,6 +118,40 @@ pub enum RoundError {
         /// The batch.
         batch_id: u64,
     },
+}
+
+impl RoundError {
+    /// The label of `ocelli_batches_aborted_total{cause}` (one of
+    /// [`crate::metrics::ABORT_CAUSES`]).
+    pub fn cause(&self) -> &'static str {
+        use crate::batch::EvalError;
+        match self {
+            Self::Store(_) => "store",
+            Self::Peer {
+                failure: PeerFailure::TimedOut,
+                ..
+            } => "peer_timeout",
+            Self::Peer {
+                failure: PeerFailure::Refused(_),
+                ..
+            } => "peer_refused",
+            Self::Apply {
+                source:
+                    ApplyError::Evaluation(EvalError::KeyAgreement { .. } | EvalError::KeyMessage(_)),
+                ..
+            } => "key_agreement",
+            Self::Apply {
+                source: ApplyError::Evaluation(_),
+                ..
+            } => "evaluation",
+            Self::Apply { .. } => "apply",
+            Self::Unattested { .. } => "unattested",
+            Self::UnknownPeer(_)
+            | Self::MissingBatch(_)
+            | Self::CorruptBatch(_)
+            | Self::NotRecorded { .. } => "catch_up",
+        }
+    }
 }
 
 /// How a call to a peer failed.

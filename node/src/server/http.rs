@@ -1,6 +1,7 @@
 //! A minimal plain-HTTP endpoint for scrapers and orchestrators:
 //! `GET /metrics` (Prometheus text), `/healthz` (200 while the process
-//! runs), `/readyz` (200 when ready, else 503).
+//! runs), `/livez` (200 unless the batch loop is stuck) and `/readyz` (200 when loaded and
+//! both peers answer); a 503 names the reason (see [`crate::health`]).
 
 use std::sync::Arc;
 
@@ -52,19 +53,25 @@ async fn handle(mut stream: BufferedTcp, state: &NodeState) -> std::io::Result<(
     let mut parts = head.lines().next().unwrap_or("").split_whitespace();
     let method = parts.next().unwrap_or("");
     let path = parts.next().unwrap_or("");
+    const UNAVAILABLE: &str = "503 Service Unavailable";
     let (code, ctype, body) = match (method, path) {
-        ("GET", "/metrics") => (
-            "200 OK",
-            "text/plain; version=0.0.4",
-            state.metrics.render(),
-        ),
+        ("GET", "/metrics") => {
+            crate::health::refresh_metrics(state);
+            (
+                "200 OK",
+                "text/plain; version=0.0.4",
+                state.metrics.render(),
+            )
+        }
         ("GET", "/healthz") => ("200 OK", "text/plain", "live\n".to_owned()),
-        ("GET", "/readyz") if state.is_ready() => ("200 OK", "text/plain", "ready\n".to_owned()),
-        ("GET", "/readyz") => (
-            "503 Service Unavailable",
-            "text/plain",
-            "not ready\n".to_owned(),
-        ),
+        ("GET", "/livez") => match crate::health::liveness(state) {
+            Ok(()) => ("200 OK", "text/plain", "live\n".to_owned()),
+            Err(e) => (UNAVAILABLE, "text/plain", format!("{e}\n")),
+        },
+        ("GET", "/readyz") => match crate::health::readiness(state) {
+            Ok(()) => ("200 OK", "text/plain", "ready\n".to_owned()),
+            Err(e) => (UNAVAILABLE, "text/plain", format!("{e}\n")),
+        },
         _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
     };
     let resp = format!(

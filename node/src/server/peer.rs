@@ -9,7 +9,8 @@ use futures::Stream;
 use shared_proto::v1::peer_service_server::PeerService;
 use shared_proto::v1::{
     BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote,
-    FetchBatchRequest, RecoverChunk, RecoverRequest, RecoveryPadAck, RecoveryPadOffer,
+    FetchBatchRequest, PingRequest, PingResponse, RecoverChunk, RecoverRequest, RecoveryPadAck,
+    RecoveryPadOffer,
 };
 use tonic::{Request, Response, Status};
 
@@ -177,6 +178,14 @@ impl PeerService for PeerApi {
             recovery_status(e)
         })?;
         Ok(Response::new(RecoveryPadAck {}))
+    }
+
+    async fn ping(&self, request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
+        // A configured peer's certificate only: strangers learn nothing, not even the party id.
+        self.caller(&request)?;
+        Ok(Response::new(PingResponse {
+            party_id: u32::from(self.state.party),
+        }))
     }
 }
 

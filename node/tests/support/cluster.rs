@@ -100,6 +100,8 @@ pub fn configs_for(
         c.batch.interval_ms = 20;
         c.batch.request_timeout_ms = 3_000;
         c.batch.peer_rpc_timeout_ms = 2_000;
+        // Readiness follows the peers within a fraction of a second.
+        c.health.peer_probe_interval_ms = 100;
         tweak(&mut c);
         c.validate()?;
         configs.push(c);
@@ -129,6 +131,18 @@ impl Cluster {
         mpc: bool,
         tweak: &dyn Fn(&mut NodeConfig),
     ) -> Res<Self> {
+        let (c, _) = Self::start_partial(evaluator, mpc, tweak, &[0, 1, 2]).await?;
+        Ok(c)
+    }
+
+    /// Starts only the nodes in `running`; the listeners of the others are returned, for
+    /// [`Cluster::start_node`].
+    pub async fn start_partial(
+        evaluator: Arc<dyn BatchEvaluator>,
+        mpc: bool,
+        tweak: &dyn Fn(&mut NodeConfig),
+        running: &[usize],
+    ) -> Res<(Self, Vec<Option<Listeners>>)> {
         let dir = tempfile::tempdir()?;
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
@@ -159,10 +173,33 @@ impl Cluster {
             mpc,
             rng: ChaCha20Rng::seed_from_u64(7),
         };
+        let mut rest = Vec::new();
         for (i, l) in listeners.into_iter().enumerate() {
-            c.start_node(i, l).await?;
+            if running.contains(&i) {
+                c.start_node(i, l).await?;
+                rest.push(None);
+            } else {
+                rest.push(Some(l));
+            }
         }
-        Ok(c)
+        Ok((c, rest))
+    }
+
+    /// Waits until every running node answers `/readyz` with 200.
+    pub async fn wait_ready(&self, timeout: Duration) -> Res {
+        let deadline = Instant::now() + timeout;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.is_none() {
+                continue;
+            }
+            while ocelli_node::health::readiness(self.state(i)).is_err() {
+                if Instant::now() > deadline {
+                    return Err(format!("node {i} not ready in {timeout:?}").into());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(())
     }
 
     pub async fn start_node(&mut self, i: usize, listeners: Listeners) -> Res {
