@@ -80,6 +80,13 @@ pub struct BenchReport {
     pub plaintext_per_core: f64,
     /// The popcount matcher's instruction set, chosen at run time.
     pub plaintext_kernel: &'static str,
+    /// Every popcount variant this core runs, on the same batch, per core.
+    pub plaintext_variants: Vec<PlaintextVariant>,
+    /// The plain C popcount matcher (`-O3 -march=native`) on the same batch and core; `None`
+    /// where the binary was built without it or for a core with instructions this one lacks.
+    pub plaintext_c_per_core: Option<f64>,
+    /// `plaintext_per_core` over `plaintext_c_per_core`.
+    pub plaintext_over_c: Option<f64>,
     /// Who made the comparison phase's ChaCha12 blocks: the instruction set of `kernel`
     /// ([`crate::randomness::Keystream`]).
     pub keystream: &'static str,
@@ -110,6 +117,17 @@ pub struct BenchReport {
     pub mirror_time_factor: f64,
     /// Protocol rounds of the batch without and with mirror-attack detection.
     pub rounds: (u64, u64),
+}
+
+/// One popcount variant's rate in [`BenchReport::plaintext_variants`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlaintextVariant {
+    /// [`plaintext::Popcount::name`].
+    pub kernel: &'static str,
+    /// Comparisons per second on one core.
+    pub per_core: f64,
+    /// Over the C matcher's rate.
+    pub over_c: Option<f64>,
 }
 
 impl std::fmt::Display for BenchReport {
@@ -150,10 +168,32 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "  plaintext popcount  {:>12} per core ({})",
+            "  plaintext popcount  {:>12} per core ({}, chosen at run time)",
             m(self.plaintext_per_core),
             self.plaintext_kernel
         )?;
+        for v in &self.plaintext_variants {
+            writeln!(
+                f,
+                "    {:<17} {:>12}{}",
+                v.kernel,
+                m(v.per_core),
+                v.over_c
+                    .map_or(String::new(), |x| format!(", {x:.2} x the C matcher"))
+            )?;
+        }
+        match self.plaintext_c_per_core {
+            Some(c) => writeln!(
+                f,
+                "  C popcount matcher  {:>12} per core (-O3 -march=native); run-time choice at {:.2} x it",
+                m(c),
+                self.plaintext_over_c.unwrap_or(f64::NAN)
+            )?,
+            None => writeln!(
+                f,
+                "  C popcount matcher  not run: built without the c-matcher feature or for another core"
+            )?,
+        }
         match (self.mac_peak, self.mac_peak_fraction) {
             (Some(peak), Some(fraction)) => writeln!(
                 f,
@@ -231,6 +271,21 @@ fn best_of_three<R>(mut f: impl FnMut() -> R) -> (R, f64) {
         least = least.min(seconds);
     }
     (r, least)
+}
+
+/// The C matcher's rate on `packed` (the best of three), after checking it counts what the
+/// Rust matcher counts.
+#[cfg(feature = "c-matcher")]
+fn c_matcher_rate(packed: &plaintext::Packed, a: u32) -> Option<f64> {
+    let (count, seconds) = best_of_three(|| plaintext::c::count(packed, a));
+    let rust = plaintext::count_packed(plaintext::Popcount::Portable, packed, a);
+    assert_eq!(count?, rust, "the C and Rust plaintext matchers disagree");
+    Some(packed.comparisons() as f64 / seconds)
+}
+
+#[cfg(not(feature = "c-matcher"))]
+fn c_matcher_rate(_: &plaintext::Packed, _: u32) -> Option<f64> {
+    None
 }
 
 fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
@@ -396,11 +451,27 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let bytes = results[0].1.bytes_sent as f64 / pipeline_comparisons as f64;
 
     progress("plaintext matcher");
-    let plain_kernel = plaintext::fastest(&people[n..], &people[..n], a);
-    let (matches, plain_seconds) =
-        measure(|| plaintext::count_matches(plain_kernel, &people[n..], &people[..n], a));
-    std::hint::black_box(matches);
-    let plain_rate = pipeline_comparisons as f64 / plain_seconds;
+    let packed = plaintext::Packed::new(&people[n..], &people[..n]);
+    let plain_comparisons = packed.comparisons() as f64;
+    let c_rate = c_matcher_rate(&packed, a);
+    let plain_kernel = plaintext::fastest(&packed, a);
+    let variants: Vec<PlaintextVariant> = plaintext::Popcount::supported()
+        .into_iter()
+        .map(|kernel| {
+            let (_, seconds) = best_of_three(|| plaintext::count_packed(kernel, &packed, a));
+            let per_core = plain_comparisons / seconds;
+            PlaintextVariant {
+                kernel: kernel.name(),
+                per_core,
+                over_c: c_rate.map(|c| per_core / c),
+            }
+        })
+        .collect();
+    let plain_rate = variants
+        .iter()
+        .find(|v| v.kernel == plain_kernel.name())
+        .map_or(0.0, |v| v.per_core);
+    drop(packed);
     drop(dbs);
 
     BenchReport {
@@ -416,6 +487,9 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         pipeline_per_party_core: pipeline_rate,
         plaintext_per_core: plain_rate,
         plaintext_kernel: plain_kernel.name(),
+        plaintext_variants: variants,
+        plaintext_c_per_core: c_rate,
+        plaintext_over_c: c_rate.map(|c| plain_rate / c),
         keystream: keystream.name(),
         resident_bytes_per_enrolled: resident,
         mac_peak: peak.map(|p| p.macs_per_second),
