@@ -182,7 +182,7 @@ impl std::fmt::Display for DeviceBenchReport {
 }
 
 /// A device-busy measure over a stretch of wall time: the GPU's
-/// [`crate::engine::gpu::BusyClock`], event-timed.
+/// `engine::gpu::BusyClock` (feature `gpu`), event-timed.
 pub trait BusyMeter: Sync {
     /// Starts a stretch.
     fn start(&self);

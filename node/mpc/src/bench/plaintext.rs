@@ -2,7 +2,7 @@
 //! same integer decision rule as the MPC, in a variant per popcount instruction set. Which one
 //! runs is chosen at run time, by the CPU's features and then by a short trial, not by the
 //! compile target, so the plaintext / secure ratio compares against the best this core does.
-//! `bench` holds it against a plain C matcher ([`c`], with the `c-matcher` feature).
+//! `bench` holds it against a plain C matcher (`c`, with the `c-matcher` feature).
 
 use sdk_orb::plaintext::COMPARE_SCALE_B;
 use sdk_orb::rotation::rotations;
@@ -98,7 +98,7 @@ const WORDS: usize = 200;
 /// while every query row of the batch passes over it.
 const BLOCK: usize = 64;
 
-/// A batch packed for the matchers, one eye after the other, each iris [`ROW`] words (code,
+/// A batch packed for the matchers, one eye after the other, each iris 400 words (code,
 /// then mask): every query rotation and the database's irises. The layout the C matcher
 /// reads too, so the two are timed on the same memory. Copies of biometric bits, as the
 /// templates: hidden from `Debug`, zeroized on drop.
