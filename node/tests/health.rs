@@ -197,14 +197,8 @@ async fn liveness_reports_an_old_request_while_peers_are_up_and_recovers() -> Re
     .await?;
     c.wait_ready(Duration::from_secs(10)).await?;
     let env = c.envelope();
-    for i in 0..3 {
-        c.client(i)
-            .orb
-            .submit(SubmitRequest {
-                envelope: env.clone(),
-                or_serial_ids: Vec::new(),
-            })
-            .await?;
+    for submitted in c.submit_all(&env).await {
+        submitted?;
     }
     let r = wait_for(&c, 0, "/livez", UNAVAILABLE, Duration::from_secs(15)).await?;
     assert!(

@@ -491,14 +491,6 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
         Ok(v)
     }
 
-    fn send_u16(&mut self, to: Peer, v: &DeviceVec<D>) -> Result<(), NetworkError> {
-        self.send_vec(to, v)
-    }
-
-    fn recv_u16(&mut self, from: Peer, n: usize) -> Result<DeviceVec<D>, NetworkError> {
-        self.recv_vec::<u16>(from, n)
-    }
-
     /// [`crate::compare::split`] on the device, for `both` (`n` u16).
     fn split(&mut self, both: &DeviceVec<D>, n: usize) -> Result<DeviceVec<D>, NetworkError> {
         self.session.round();
@@ -506,19 +498,19 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
             0 => {
                 let r = self.draw_u16(Neighbour::Prev, n);
                 let masked = self.add_u16(n, both, None, Some(&r), None);
-                self.send_u16(Peer::Next, &masked)?;
-                self.recv_u16(Peer::Prev, n)
+                self.send_vec(Peer::Next, &masked)?;
+                self.recv_vec::<u16>(Peer::Prev, n)
             }
             1 => {
                 let t = self.draw_u16(Neighbour::Next, n);
-                let masked = self.recv_u16(Peer::Prev, n)?;
+                let masked = self.recv_vec::<u16>(Peer::Prev, n)?;
                 Ok(self.add_u16(n, &masked, Some(both), None, Some(&t)))
             }
             _ => {
                 let r = self.draw_u16(Neighbour::Next, n);
                 let t = self.draw_u16(Neighbour::Prev, n);
                 let b = self.add_u16(n, both, None, Some(&t), Some(&r));
-                self.send_u16(Peer::Next, &b)?;
+                self.send_vec(Peer::Next, &b)?;
                 Ok(b)
             }
         }
@@ -557,7 +549,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
                 let w0 = self.draw_u16(Neighbour::Next, n);
                 let w1 = self.draw_u16(Neighbour::Next, n);
                 run(&self.dev, [w0.arg(), w1.arg(), none], [none, none]);
-                self.send_u16(Peer::Prev, &msg)?;
+                self.send_vec(Peer::Prev, &msg)?;
                 Ok(None)
             }
             1 => {
@@ -565,13 +557,13 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
                 let w1 = self.draw_u16(Neighbour::Prev, n);
                 let p2 = self.draw_u16(Neighbour::Next, n);
                 run(&self.dev, [w0.arg(), w1.arg(), p2.arg()], [none, none]);
-                self.send_u16(Peer::Next, &msg)?;
+                self.send_vec(Peer::Next, &msg)?;
                 Ok(Some(part))
             }
             _ => {
                 let p2 = self.draw_u16(Neighbour::Prev, n);
-                let k1 = self.recv_u16(Peer::Prev, n)?;
-                let chosen = self.recv_u16(Peer::Next, n)?;
+                let k1 = self.recv_vec::<u16>(Peer::Prev, n)?;
+                let chosen = self.recv_vec::<u16>(Peer::Next, n)?;
                 run(&self.dev, [none, none, p2.arg()], [k1.arg(), chosen.arg()]);
                 Ok(Some(part))
             }
@@ -667,7 +659,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
         let (cross, x, single, pair) = match self.session.party().index() {
             0 => {
                 let r = self.draw(Neighbour::Next, 2 * planes);
-                let cross = self.recv_u16(Peer::Prev, n)?;
+                let cross = self.recv_vec::<u16>(Peer::Prev, n)?;
                 let x = self.x_part(&md, &cd, &cross, a, n);
                 let pair = DeviceBits::new(zeros(&self.dev), self.to_planes(&x, n, None));
                 let single = DeviceBits::new(r, zeros(&self.dev));
@@ -685,7 +677,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
             }
             _ => {
                 let cross = cross.expect("party 2 holds its part");
-                self.send_u16(Peer::Next, &cross)?;
+                self.send_vec(Peer::Next, &cross)?;
                 let masked = self.recv_vec::<u64>(Peer::Prev, planes)?;
                 let x = self.x_part(&md, &cd, &cross, a, n);
                 let pair = DeviceBits::new(self.to_planes(&x, n, None), zeros(&self.dev));

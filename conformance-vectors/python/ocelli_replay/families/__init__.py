@@ -5,25 +5,10 @@ from __future__ import annotations
 import importlib
 from typing import Dict
 
-from ocelli_replay.loader import Spec
+from ocelli_replay.loader import FAMILIES, Spec
 
-IMPLEMENTED = (
-    "ring",
-    "layout",
-    "masked_bitvectors",
-    "rotations",
-    "trimmed_masks",
-    "template_codec",
-    "shamir",
-    "preprocess",
-    "dot_shares",
-    "envelope_header",
-    "envelope_sealing",
-    "envelope_rejections",
-    "payload_rejections",
-    "comparison",
-    "requests",
-)
+# Every family of the format has its module here.
+IMPLEMENTED = FAMILIES
 
 
 def specs() -> Dict[str, Spec]:

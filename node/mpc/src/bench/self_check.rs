@@ -126,11 +126,17 @@ fn eye_of(person: &Person, eye: usize) -> &IrisTemplate {
     }
 }
 
+/// The plaintext products of one eye of `query`, rotation index `k` (rotation `k - 15`),
+/// against `enrolled`.
+fn plain_products(query: &Person, enrolled: &Person, eye: usize, k: usize) -> DotProducts {
+    let rotation = k as i32 - (ROTATION_COUNT as i32 / 2);
+    dot_products(&eye_of(query, eye).rotated(rotation), eye_of(enrolled, eye))
+}
+
 /// The plaintext products of a sample.
 fn reference(queries: &[Person], enrolled: &[Person], s: Sample) -> DotProducts {
-    let rotation = (s.row % ROTATION_COUNT) as i32 - (ROTATION_COUNT as i32 / 2);
-    let query = eye_of(&queries[s.row / ROTATION_COUNT], s.eye).rotated(rotation);
-    dot_products(&query, eye_of(&enrolled[s.entry], s.eye))
+    let (q, k) = (s.row / ROTATION_COUNT, s.row % ROTATION_COUNT);
+    plain_products(&queries[q], &enrolled[s.entry], s.eye, k)
 }
 
 /// Runs the self-check on `engines` (one per party), the comparison phase at `place`.
@@ -309,20 +315,8 @@ pub fn self_check(
     }
     for (q, query) in queries.iter().enumerate() {
         for (entry, person) in enrolled.iter().enumerate() {
-            let eye_matches = |eye| {
-                (0..ROTATION_COUNT).any(|k| {
-                    reference(
-                        core::slice::from_ref(query),
-                        core::slice::from_ref(person),
-                        Sample {
-                            eye,
-                            row: k,
-                            entry: 0,
-                        },
-                    )
-                    .matches(a)
-                })
-            };
+            let eye_matches =
+                |eye| (0..ROTATION_COUNT).any(|k| plain_products(query, person, eye, k).matches(a));
             let expected = eye_matches(0) && eye_matches(1);
             let found = opened.iter().map(|r| r[q].entries.contains(&entry));
             report.decisions_checked += 1;
