@@ -135,9 +135,9 @@ pub enum EvalError {
         /// What failed.
         source: ocelli_mpc::NetworkError,
     },
-    /// The engine cannot work on this database.
+    /// The backend cannot work on this database.
     #[error(transparent)]
-    Engine(#[from] ocelli_mpc::EngineError),
+    Backend(#[from] ocelli_mpc::BackendError),
     /// An evaluator broke its contract.
     #[error("{evaluator} returned {outcomes} outcomes for {requests} requests")]
     OutcomeCount {

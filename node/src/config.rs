@@ -310,7 +310,7 @@ pub struct MatchingConfig {
     /// Comparisons per pass, at most (bounds memory: about 100 bytes each).
     pub max_pass_comparisons: usize,
     /// The dot-product engine: `cpu`, or `gpu` (a build with the `gpu` feature).
-    pub engine: ocelli_mpc::engine::EngineKind,
+    pub engine: crate::backend::EngineKind,
     /// CUDA devices of the GPU engine; several hold contiguous shards of the database.
     pub gpu_devices: Vec<usize>,
     /// Threads of the CPU engine; 0 = one per core.
@@ -333,7 +333,7 @@ impl Default for MatchingConfig {
             privacy_max: false,
             chunk_entries: 4096,
             max_pass_comparisons: 1 << 20,
-            engine: ocelli_mpc::engine::EngineKind::Cpu,
+            engine: crate::backend::EngineKind::Cpu,
             gpu_devices: vec![0],
             threads: 0,
             round_timeout_ms: 120_000,
@@ -676,12 +676,12 @@ impl NodeConfig {
         }
         self.check_pass_size()?;
         if self.matching.enabled
-            && self.matching.engine == ocelli_mpc::engine::EngineKind::Gpu
+            && self.matching.engine == crate::backend::EngineKind::Gpu
             && !cfg!(feature = "gpu")
         {
             return Err(ConfigError::Invalid(format!(
                 "matching.engine = \"gpu\": {}",
-                ocelli_mpc::EngineError::GpuNotBuilt
+                crate::backend::BuildError::GpuNotBuilt
             )));
         }
         if self.matching.gpu_devices.is_empty() {

@@ -18,7 +18,7 @@ use ocelli_mpc::requests::{
     comparisons, needs_mpc, outcomes, pipeline_requests, MatchRules, PublicRequest,
 };
 use ocelli_mpc::session::Session;
-use ocelli_mpc::{DotEngine, EngineError};
+use ocelli_mpc::Backend;
 use rand_core::OsRng;
 use sdk_orb::PartyId;
 use zeroize::Zeroizing;
@@ -37,9 +37,9 @@ pub enum SetupError {
     /// The configured party id is not 0, 1 or 2.
     #[error("{0}")]
     Party(sdk_orb::InvalidPartyId),
-    /// The dot-product engine.
+    /// The compute backend.
     #[error(transparent)]
-    Engine(#[from] EngineError),
+    Backend(#[from] crate::backend::BuildError),
 }
 
 /// The evaluator a node runs: the MPC pipeline, or [`NotEvaluated`] when
@@ -51,22 +51,22 @@ pub fn evaluator_for(
     config: &NodeConfig,
 ) -> Result<std::sync::Arc<dyn BatchEvaluator>, SetupError> {
     if config.matching.enabled {
-        Ok(std::sync::Arc::new(MpcEvaluator::new(config)?))
+        crate::backend::mpc_evaluator(config)
     } else {
         Ok(std::sync::Arc::new(NotEvaluated))
     }
 }
 
-/// The three-party matching pipeline as a batch evaluator.
-pub struct MpcEvaluator {
+/// The three-party matching pipeline on backend `B` as a batch evaluator.
+pub struct MpcEvaluator<B> {
     party: PartyId,
-    engine: Box<dyn DotEngine>,
+    engine: B,
     pipeline: PipelineConfig,
     rules: MatchRules,
     round_timeout: Duration,
 }
 
-impl std::fmt::Debug for MpcEvaluator {
+impl<B: Backend> std::fmt::Debug for MpcEvaluator<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MpcEvaluator")
             .field("party", &self.party)
@@ -76,16 +76,15 @@ impl std::fmt::Debug for MpcEvaluator {
     }
 }
 
-impl MpcEvaluator {
-    /// The evaluator `config` describes. It holds no long-term key: each session's pairwise
-    /// seeds are agreed on its links.
+impl<B: Backend> MpcEvaluator<B> {
+    /// The evaluator `config` describes, on `engine`. It holds no long-term key: each
+    /// session's pairwise seeds are agreed on its links.
     ///
     /// # Errors
-    /// An invalid party id, or an engine that cannot run here.
-    pub fn new(config: &NodeConfig) -> Result<Self, SetupError> {
+    /// An invalid party id.
+    pub fn new(config: &NodeConfig, engine: B) -> Result<Self, SetupError> {
         let party = PartyId::try_from(config.party_id).map_err(SetupError::Party)?;
         let m = &config.matching;
-        let engine = ocelli_mpc::engine::build(m.engine, m.threads, &m.gpu_devices)?;
         let mut pipeline = PipelineConfig::with_threshold(m.threshold);
         pipeline.privacy_max = m.privacy_max;
         pipeline.chunk_entries = m.chunk_entries;
@@ -208,7 +207,7 @@ fn send(link: &MpcLink, peer: PartyId, message: Vec<u8>) -> Result<(), EvalError
     }
 }
 
-impl BatchEvaluator for MpcEvaluator {
+impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
     fn name(&self) -> &'static str {
         "mpc"
     }
@@ -248,7 +247,7 @@ impl BatchEvaluator for MpcEvaluator {
         let mut session = Session::new(self.party, &mut transport, &mut randomness);
         let results = pipeline::evaluate_batch(
             &mut session,
-            self.engine.as_ref(),
+            &self.engine,
             db.rows(),
             &pipeline_requests,
             &self.pipeline,

@@ -131,10 +131,20 @@ impl StoredShares {
 
 /// The in-memory share database: a [`MatchDb`] whose rows are kept in
 /// serial-id order, and an index from serial id to row.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ShareDb {
     rows: MatchDb,
     index: HashMap<SerialId, usize>,
+}
+
+impl Default for ShareDb {
+    /// Empty, its share allocations advised to use huge pages: the backends stream them.
+    fn default() -> ShareDb {
+        ShareDb {
+            rows: MatchDb::new().with_storage_advice(ocelli_os::advise_huge_pages::<u16>),
+            index: HashMap::new(),
+        }
+    }
 }
 
 impl ShareDb {

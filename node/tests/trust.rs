@@ -730,7 +730,7 @@ fn a_batch_at_the_largest_pass_succeeds() {
             .iter()
             .map(|q| PipelineRequest::against_database(q))
             .collect();
-        evaluate(s, &ocelli_mpc::engine::CpuEngine::new(), &m, &reqs, &config).map(|r| r.len())
+        evaluate(s, &ocelli_cpu::CpuEngine::new(), &m, &reqs, &config).map(|r| r.len())
     });
     let mut largest = 0;
     for (r, _, view) in &out {
@@ -824,7 +824,7 @@ async fn unauthenticated_connections_are_closed() -> Res {
 async fn idle_strangers_do_not_stall_batches() -> Res {
     const STRANGERS: usize = 1_200;
     // This process holds the strangers' ends of the connections.
-    let limit = ocelli_mpc::process::raise_open_files_limit()?;
+    let limit = ocelli_os::raise_open_files_limit()?;
     if limit.now < STRANGERS as u64 + 200 {
         return Err(format!(
             "needs {} descriptors; the hard limit is {}",

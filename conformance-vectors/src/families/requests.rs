@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use ocelli_mpc::engine::CpuEngine;
+use ocelli_mpc::backend::{Reference, RowBackend};
 use ocelli_mpc::local::run_three_seeded;
 use ocelli_mpc::pipeline::{evaluate, PipelineConfig};
 use ocelli_mpc::requests::{
@@ -203,7 +203,7 @@ fn run_nodes(batch: &Batch) -> Result<Vec<Outcome>, String> {
         chunk_entries: 2,
         max_pass_comparisons: 1 << 20,
     };
-    let engine = CpuEngine::new();
+    let engine = RowBackend(Reference);
     let out = run_three_seeded(&batch.prf_seeds, |s| {
         let i = s.party().index();
         let pipeline = pipeline_requests(&public, &shares[i], &dbs[i], &MatchRules::default());

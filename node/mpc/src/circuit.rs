@@ -2,7 +2,8 @@
 //! vectors with local word operations ([`SharedBits`]), and a party that can AND and open them
 //! and turn dot-product shares into match bits ([`Circuit`]). The carry, the OR trees, the eye
 //! rule and the opening are written once against these; a [`Session`] runs them on shares in
-//! host memory, [`crate::device::DeviceCircuit`] on shares in a kernel device's memory.
+//! host memory, a backend's own circuit ([`crate::Backend::circuit`]) where it keeps them,
+//! e.g. in a kernel device's memory.
 
 use sdk_orb::PartyId;
 
@@ -82,6 +83,34 @@ pub trait Circuit {
     /// # Errors
     /// Transport failures.
     fn match_bits(&mut self, cd: &[u16], md: &[u16], a: u32) -> Result<Self::Bits, NetworkError>;
+}
+
+impl<C: Circuit + ?Sized> Circuit for &mut C {
+    type Bits = C::Bits;
+
+    fn party(&self) -> PartyId {
+        (**self).party()
+    }
+
+    fn zeros(&mut self, words: usize) -> C::Bits {
+        (**self).zeros(words)
+    }
+
+    fn and(&mut self, x: &C::Bits, y: &C::Bits) -> Result<C::Bits, NetworkError> {
+        (**self).and(x, y)
+    }
+
+    fn and_pairs(&mut self, pairs: &[(&C::Bits, &C::Bits)]) -> Result<Vec<C::Bits>, NetworkError> {
+        (**self).and_pairs(pairs)
+    }
+
+    fn open(&mut self, x: &C::Bits) -> Result<Vec<u64>, NetworkError> {
+        (**self).open(x)
+    }
+
+    fn match_bits(&mut self, cd: &[u16], md: &[u16], a: u32) -> Result<C::Bits, NetworkError> {
+        (**self).match_bits(cd, md, a)
+    }
 }
 
 impl SharedBits for Replicated<u64> {

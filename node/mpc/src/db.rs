@@ -16,6 +16,32 @@ use zeroize::Zeroize;
 
 use crate::scratch::{cache_line_start, ALIGN_SLACK};
 
+/// Which eye.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Eye {
+    /// The left eye.
+    Left,
+    /// The right eye.
+    Right,
+}
+
+impl Eye {
+    /// Both eyes, left first: the order of every per-eye layout.
+    pub const BOTH: [Eye; 2] = [Eye::Left, Eye::Right];
+
+    /// The eye's position in per-eye layouts (left 0, right 1).
+    pub const fn index(self) -> usize {
+        match self {
+            Eye::Left => 0,
+            Eye::Right => 1,
+        }
+    }
+}
+
+/// Advice for the allocations that hold the shares (huge pages, from the service's OS
+/// layer): called on each new allocation before the rows move in.
+pub type StorageAdvice = fn(&Vec<u16>);
+
 /// Which share vectors of an enrolled entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
@@ -44,6 +70,7 @@ struct Rows {
     /// `start` values of padding, then the rows.
     buf: Vec<u16>,
     start: usize,
+    advice: Option<StorageAdvice>,
 }
 
 impl Rows {
@@ -73,7 +100,9 @@ impl Rows {
         }
         let len = self.values().len();
         let mut grown = Vec::with_capacity((len + additional).max(2 * len) + ALIGN_SLACK);
-        crate::process::advise_huge_pages(&grown);
+        if let Some(advise) = self.advice {
+            advise(&grown);
+        }
         let start = cache_line_start(grown.as_ptr());
         grown.resize(start, 0);
         grown.extend_from_slice(self.values());
@@ -147,6 +176,14 @@ impl MatchDb {
     /// An empty database.
     pub fn new() -> MatchDb {
         MatchDb::default()
+    }
+
+    /// This database, its share allocations advised by `advice` from now on.
+    pub fn with_storage_advice(mut self, advice: StorageAdvice) -> MatchDb {
+        for rows in self.codes.iter_mut().chain(self.masks.iter_mut()) {
+            rows.advice = Some(advice);
+        }
+        self
     }
 
     /// Number of entries.
@@ -252,22 +289,22 @@ impl MatchDb {
     }
 
     /// One eye's code share of row `row`.
-    pub fn code(&self, eye: usize, row: usize) -> &[u16] {
-        &self.codes[eye].values()[row * CODE_COEFS..(row + 1) * CODE_COEFS]
+    pub fn code(&self, eye: Eye, row: usize) -> &[u16] {
+        &self.codes[eye.index()].values()[row * CODE_COEFS..(row + 1) * CODE_COEFS]
     }
 
     /// One eye's trimmed mask share of row `row`.
-    pub fn mask(&self, eye: usize, row: usize) -> &[u16] {
-        &self.masks[eye].values()[row * MASK_COEFS..(row + 1) * MASK_COEFS]
+    pub fn mask(&self, eye: Eye, row: usize) -> &[u16] {
+        &self.masks[eye.index()].values()[row * MASK_COEFS..(row + 1) * MASK_COEFS]
     }
 
     /// One eye's code shares of rows `rows`, contiguous.
-    pub fn codes(&self, eye: usize, rows: core::ops::Range<usize>) -> &[u16] {
-        &self.codes[eye].values()[rows.start * CODE_COEFS..rows.end * CODE_COEFS]
+    pub fn codes(&self, eye: Eye, rows: core::ops::Range<usize>) -> &[u16] {
+        &self.codes[eye.index()].values()[rows.start * CODE_COEFS..rows.end * CODE_COEFS]
     }
 
     /// One eye's `part` shares of rows `rows`, contiguous.
-    pub fn vectors(&self, eye: usize, part: Part, rows: core::ops::Range<usize>) -> &[u16] {
+    pub fn vectors(&self, eye: Eye, part: Part, rows: core::ops::Range<usize>) -> &[u16] {
         match part {
             Part::Code => self.codes(eye, rows),
             Part::Mask => self.masks(eye, rows),
@@ -275,8 +312,8 @@ impl MatchDb {
     }
 
     /// One eye's trimmed mask shares of rows `rows`, contiguous.
-    pub fn masks(&self, eye: usize, rows: core::ops::Range<usize>) -> &[u16] {
-        &self.masks[eye].values()[rows.start * MASK_COEFS..rows.end * MASK_COEFS]
+    pub fn masks(&self, eye: Eye, rows: core::ops::Range<usize>) -> &[u16] {
+        &self.masks[eye.index()].values()[rows.start * MASK_COEFS..rows.end * MASK_COEFS]
     }
 }
 
@@ -302,7 +339,7 @@ mod tests {
         for &s in &serials {
             db.insert(s, &people[s as usize - 1]);
             // Every growth keeps the rows at a cache line.
-            for eye in 0..2 {
+            for eye in Eye::BOTH {
                 for part in [Part::Code, Part::Mask] {
                     assert_eq!(db.vectors(eye, part, 0..1).as_ptr() as usize % 64, 0);
                 }
@@ -313,8 +350,8 @@ mod tests {
         assert_eq!(db.serial_ids(), &expected[..]);
         for (row, &s) in expected.iter().enumerate() {
             let p = &people[s as usize - 1];
-            assert_eq!(db.code(0, row), p.left.code.coefs());
-            assert_eq!(db.mask(1, row), p.right.mask.coefs());
+            assert_eq!(db.code(Eye::Left, row), p.left.code.coefs());
+            assert_eq!(db.mask(Eye::Right, row), p.right.mask.coefs());
         }
     }
 }

@@ -10,34 +10,34 @@
 //!   three parties on threads).
 //! - The comparison phase: [`compare`] (the two-part split, lift, cross term, MSB, OR trees),
 //!   [`binary`] (the adder's carry on bit planes), [`bits`] (bit-plane layout), [`circuit`]
-//!   (what the circuits need of where the shares live), [`device`] (the same phase on a
-//!   kernel device: a GPU, or the kernels run on the host).
-//! - The dot-product phase: [`db`] (the party's share database), [`dot`] (the engine
-//!   interface), [`engine`] (CPU and GPU engines).
+//!   (what the circuits need of where the shares live).
+//! - The backend seam: [`backend`] (the [`Backend`] trait a compute backend implements: dot
+//!   products and the comparison circuit; [`backend::Reference`], the plain one), [`db`] (the
+//!   party's share database).
 //! - The pipeline: [`pipeline`] (one party's batch), [`requests`] (request types to pipeline
-//!   roles and outcomes), [`synthetic`] (synthetic irises), [`mod@bench`], [`process`].
+//!   roles and outcomes), [`wellformed`] (the check that enrolled shares encode a template),
+//!   [`recovery`], [`synthetic`] (synthetic irises).
+//!
+//! The compute backends live in crates of their own (`ocelli-cpu`, `ocelli-gpu`, with
+//! `ocelli-device` for the comparison phase on a kernel device); the SIMD code this crate
+//! calls is in `ocelli-simd`, so this crate forbids `unsafe`.
 //!
 //! Conventions (ABY3-style replicated sharing): a value `x = x_0 + x_1 + x_2` (XOR for bits);
 //! party `i` holds `(x_i, x_{i-1})`, called `own` and `prev`. Party `i` shares a PRF stream
 //! with its next party (`i+1`) and one with its previous party (`i-1`). Every round sends one
 //! message per direction carrying the whole batch.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![deny(missing_docs, clippy::unwrap_used)]
 
-pub mod bench;
+pub mod backend;
 pub mod binary;
 pub mod bits;
 pub mod circuit;
 pub mod compare;
 pub mod db;
-pub mod device;
-pub mod dot;
-pub mod engine;
-pub mod error;
 pub mod local;
 pub mod network;
 pub mod pipeline;
-pub mod process;
 pub mod randomness;
 pub mod recovery;
 pub mod requests;
@@ -47,9 +47,8 @@ pub mod share;
 pub mod synthetic;
 pub mod wellformed;
 
-pub use db::{MatchDb, Part};
-pub use dot::DotEngine;
-pub use error::EngineError;
+pub use backend::{Backend, BackendError};
+pub use db::{Eye, MatchDb, Part};
 pub use network::{ChannelTransport, InMemoryTransport, NetworkError, Outbound, Peer, Transport};
 pub use randomness::CorrelatedRandomness;
 pub use session::{Session, Traffic};

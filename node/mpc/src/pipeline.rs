@@ -16,7 +16,7 @@
 //! The eye rule is public per pair ([`PairRules`]): AND by default, OR for an OR-policy request,
 //! for the most recent database rows (lookback) and for rows the request names.
 
-pub(crate) mod query;
+pub mod query;
 mod reduce;
 
 use sdk_orb::plaintext::threshold_coefficient;
@@ -25,10 +25,10 @@ use sdk_orb::{PartyId, CODE_COEFS, MASK_COEFS};
 
 pub use query::QueryMatrix;
 
+use crate::backend::Backend;
 use crate::bits::{plane_to_bits, words_for};
 use crate::circuit::{Circuit, SharedBits};
-use crate::db::{MatchDb, Part};
-use crate::dot::{DotEngine, PreparedQueries};
+use crate::db::{Eye, MatchDb, Part};
 use crate::network::{NetworkError, Transport};
 use crate::scratch::ScratchVec;
 use crate::session::Session;
@@ -221,8 +221,8 @@ impl PassInputs {
         }
     }
 
-    fn at(&self, rotation: usize, eye: usize, pair: usize) -> usize {
-        (rotation * 2 + eye) * self.padded + pair
+    fn at(&self, rotation: usize, eye: Eye, pair: usize) -> usize {
+        (rotation * 2 + eye.index()) * self.padded + pair
     }
 
     /// Stores one eye's engine output for `width` consecutive pairs starting at `first`:
@@ -230,7 +230,7 @@ impl PassInputs {
     /// not yet doubled.
     fn fill(
         &mut self,
-        eye: usize,
+        eye: Eye,
         (first, width, stride): (usize, usize, usize),
         code: &[u16],
         mask: &[u16],
@@ -246,25 +246,21 @@ impl PassInputs {
     }
 }
 
-/// [`evaluate`] where the engine says: on the GPU engine's first device for a GPU engine
-/// ([`crate::device::DeviceCircuit`]), on the host otherwise. The results, messages and
-/// stream draws are the same either way.
+/// [`evaluate`] on the backend's own circuit ([`Backend::circuit`]): in host memory, or on
+/// the device that holds the dot products. The results, messages and stream draws are the
+/// same either way.
 ///
 /// # Errors
 /// Transport failures; then no result of the batch may be used.
-pub fn evaluate_batch<T: Transport>(
+pub fn evaluate_batch<B: Backend, T: Transport>(
     session: &mut Session<'_, T>,
-    engine: &dyn DotEngine,
+    backend: &B,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
     config: &PipelineConfig,
 ) -> Result<Vec<MatchResult>, NetworkError> {
-    #[cfg(feature = "gpu")]
-    if let Some(gpu) = engine.as_gpu() {
-        let mut circuit = crate::device::DeviceCircuit::new(session, gpu.kernels());
-        return evaluate(&mut circuit, engine, db, requests, config);
-    }
-    evaluate(session, engine, db, requests, config)
+    let mut circuit = backend.circuit(session);
+    evaluate(&mut circuit, backend, db, requests, config)
 }
 
 /// Runs the pipeline for one batch on `circuit`; every party calls it with its own shares,
@@ -272,9 +268,9 @@ pub fn evaluate_batch<T: Transport>(
 ///
 /// # Errors
 /// Transport failures; then no result of the batch may be used.
-pub fn evaluate<C: Circuit>(
+pub fn evaluate<C: Circuit, B: Backend>(
     circuit: &mut C,
-    engine: &dyn DotEngine,
+    engine: &B,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
     config: &PipelineConfig,
@@ -335,12 +331,12 @@ pub fn evaluate<C: Circuit>(
         .map(|group| group.iter().map(|&start| rows(start)).collect())
         .collect();
     // The scanning queries (laid out now if not yet) and the first span's dot products.
-    let scan_setup = |queries: Option<EyeQueries>| {
+    let scan_setup = |queries: Option<EyeQueries<B>>| {
         let queries = queries.unwrap_or_else(prepare_scan);
         let first = database_span(engine, db, &scanning, &queries, &spans[0]);
         (queries, first)
     };
-    let overlap = overlaps_passes(engine);
+    let overlap = engine.overlaps_passes();
 
     let mut rounds = |pass| {
         run_pass(
@@ -424,18 +420,6 @@ fn beside<'scope, T: Send + 'scope>(
     Ok(computed)
 }
 
-/// Whether a database pass's dot products (and the first one's query layout) may run beside
-/// the previous pass's comparison rounds: on the CPU they take the cores the rounds leave idle
-/// while they wait on the network; a GPU engine runs both on its device, one after the other.
-fn overlaps_passes(engine: &dyn DotEngine) -> bool {
-    #[cfg(feature = "gpu")]
-    if engine.as_gpu().is_some() {
-        return false;
-    }
-    let _ = engine;
-    true
-}
-
 /// For each request, how many of the batch's enrolment candidates before it it is matched
 /// against (intra-batch uniqueness): all of them where it asks to be, none otherwise.
 fn earlier_candidates(requests: &[PipelineRequest<'_>]) -> Vec<usize> {
@@ -459,13 +443,13 @@ fn earlier_candidates(requests: &[PipelineRequest<'_>]) -> Vec<usize> {
 /// `from_scan`: the scanning queries already laid out, with each request's row among the
 /// plain ones, which lead them; where given, every request with earlier candidates must
 /// have one.
-fn batch_pass(
-    engine: &dyn DotEngine,
+fn batch_pass<B: Backend>(
+    engine: &B,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
     earlier_of: &[usize],
     party: PartyId,
-    from_scan: Option<(&EyeQueries, &[Option<usize>])>,
+    from_scan: Option<(&EyeQueries<B>, &[Option<usize>])>,
 ) -> Option<PassInputs> {
     let candidates: Vec<usize> = (0..requests.len())
         .filter(|&k| requests[k].candidate)
@@ -524,7 +508,7 @@ fn batch_pass(
     let lo = with_earlier().map(|(i, _)| i).min();
     let hi = with_earlier().map(|(i, _)| i + 1).max();
     let n_candidates = candidates.len();
-    for eye in 0..2 {
+    for eye in Eye::BOTH {
         if let (Some(lo), Some(hi)) = (lo, hi) {
             // Query rows: the plain scanning queries up to the last one read, or the requests
             // `lo..hi`.
@@ -535,7 +519,10 @@ fn batch_pass(
                         .filter_map(|(_, &(j, ..))| plain_rows[j])
                         .max()
                         .unwrap_or(0);
-                    ((last + 1) * ROTATION_COUNT, [&scan[eye][0], &scan[eye][1]])
+                    (
+                        (last + 1) * ROTATION_COUNT,
+                        [&scan[eye.index()][0], &scan[eye.index()][1]],
+                    )
                 }
                 None => {
                     own = [Part::Code, Part::Mask]
@@ -548,14 +535,14 @@ fn batch_pass(
             engine.dot_prepared_rows(
                 code_queries,
                 rows,
-                &candidate_codes[eye],
+                &candidate_codes[eye.index()],
                 CODE_COEFS,
                 &mut code_dots,
             );
             engine.dot_prepared_rows(
                 mask_queries,
                 rows,
-                &candidate_masks[eye],
+                &candidate_masks[eye.index()],
                 MASK_COEFS,
                 &mut mask_dots,
             );
@@ -590,8 +577,8 @@ fn batch_pass(
     Some(pass)
 }
 
-/// Queries laid out by the engine, `[eye][code, mask]`.
-type EyeQueries = [[PreparedQueries; 2]; 2];
+/// Queries laid out by the backend, `[eye][code, mask]`.
+type EyeQueries<B> = [[<B as Backend>::Prepared; 2]; 2];
 
 /// Database rows whose dot products one engine call computes, at least, where the passes
 /// are shorter. With 128 queries (64 requests and their mirrored queries) on one core
@@ -605,11 +592,11 @@ const MAX_PASSES_PER_SPAN: usize = 4;
 
 /// Consecutive database passes, every scanning request against the database rows of each
 /// range of `passes`, from one engine call per eye and part over all their rows.
-fn database_span(
-    engine: &dyn DotEngine,
+fn database_span<B: Backend>(
+    engine: &B,
     db: &MatchDb,
     scanning: &[(usize, bool)],
-    queries: &EyeQueries,
+    queries: &EyeQueries<B>,
     passes: &[core::ops::Range<usize>],
 ) -> Vec<PassInputs> {
     let (Some(first), Some(last)) = (passes.first(), passes.last()) else {
@@ -641,7 +628,7 @@ fn database_span(
     let query_rows = scanning.len() * ROTATION_COUNT;
     let mut code_dots = ScratchVec::zeroed(query_rows * width);
     let mut mask_dots = ScratchVec::zeroed(query_rows * width);
-    for (eye, [codes, masks]) in queries.iter().enumerate() {
+    for (eye, [codes, masks]) in Eye::BOTH.into_iter().zip(queries) {
         engine.dot_db_prepared(codes, db, eye, Part::Code, span.clone(), &mut code_dots);
         engine.dot_db_prepared(masks, db, eye, Part::Mask, span.clone(), &mut mask_dots);
         let block = ROTATION_COUNT * width;

@@ -14,7 +14,7 @@ impl Word for u64 {}
 
 /// Turns words' bytes in memory into little-endian ones, or back: nothing to do on a
 /// little-endian target.
-pub(crate) fn swap_to_le<T: Word>(bytes: &mut [u8]) {
+pub fn swap_to_le<T: Word>(bytes: &mut [u8]) {
     if cfg!(target_endian = "big") {
         for word in bytes.chunks_exact_mut(T::BYTES) {
             word.reverse();

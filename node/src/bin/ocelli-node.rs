@@ -129,10 +129,10 @@ enum Command {
         /// The dot-product engine. `gpu` runs the three parties on one GPU, each with its
         /// own engine and resident database (a build with the `gpu` feature).
         #[arg(long, default_value = "cpu")]
-        engine: ocelli_mpc::engine::EngineKind,
+        engine: ocelli_node::backend::EngineKind,
         /// The CPU kernel: avx512-vnni, avx2 or scalar [default: the fastest this CPU has].
         #[arg(long, value_parser = parse_kernel)]
-        kernel: Option<ocelli_mpc::engine::Kernel>,
+        kernel: Option<ocelli_cpu::Kernel>,
         /// CUDA devices for `--engine gpu`, comma-separated; each party's database is sharded
         /// across them.
         #[arg(long, value_delimiter = ',', default_value = "0")]
@@ -198,8 +198,8 @@ fn parse_request_type(name: &str) -> Result<sdk_orb::RequestType, String> {
     })
 }
 
-fn parse_kernel(name: &str) -> Result<ocelli_mpc::engine::Kernel, ocelli_mpc::EngineError> {
-    ocelli_mpc::engine::Kernel::by_name(name)
+fn parse_kernel(name: &str) -> Result<ocelli_cpu::Kernel, ocelli_cpu::CpuError> {
+    ocelli_cpu::Kernel::by_name(name)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
@@ -261,10 +261,10 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
-    ocelli_mpc::process::tune_malloc();
+    ocelli_os::tune_malloc();
     // Every connection, MPC link and store file takes a descriptor; a soft limit of 1,024 left
     // below a far higher hard one would run out first.
-    let open_files = ocelli_mpc::process::raise_open_files_limit();
+    let open_files = ocelli_os::raise_open_files_limit();
     let cli = Cli::parse();
     match cli.command {
         Command::Keygen {
@@ -436,17 +436,16 @@ fn main() -> ExitCode {
                 return bench_self_check(engine, kernel, &devices, json, progress);
             }
             let printed: Result<(), Box<dyn std::error::Error>> = match engine {
-                ocelli_mpc::engine::EngineKind::Cpu => {
-                    let config = ocelli_mpc::bench::BenchConfig {
+                ocelli_node::backend::EngineKind::Cpu => {
+                    let config = ocelli_bench::BenchConfig {
                         db_entries: db.unwrap_or(2048),
                         queries: queries.unwrap_or(4),
-                        kernel: kernel.unwrap_or_else(ocelli_mpc::engine::Kernel::detect),
+                        kernel: kernel.unwrap_or_else(ocelli_cpu::Kernel::detect),
                     };
-                    print_report(&ocelli_mpc::bench::run(config, progress), json)
-                        .map_err(Into::into)
+                    print_report(&ocelli_bench::run(config, progress), json).map_err(Into::into)
                 }
-                ocelli_mpc::engine::EngineKind::Gpu => {
-                    let config = ocelli_mpc::bench::device::DeviceBenchConfig {
+                ocelli_node::backend::EngineKind::Gpu => {
+                    let config = ocelli_bench::device::DeviceBenchConfig {
                         db_entries: db.unwrap_or(100_000),
                         pipeline_entries: pipeline_db,
                         queries: queries.unwrap_or(32),
@@ -454,7 +453,6 @@ fn main() -> ExitCode {
                         max_pass_comparisons: 1 << 24,
                     };
                     gpu_bench(config, &devices, progress)
-                        .map_err(Into::into)
                         .and_then(|report| print_report(&report, json).map_err(Into::into))
                 }
             };
@@ -655,27 +653,30 @@ fn print_report<R: serde::Serialize + std::fmt::Display>(
 
 /// `bench --self-check`: the report, and failure unless it passed.
 fn bench_self_check(
-    engine: ocelli_mpc::engine::EngineKind,
-    kernel: Option<ocelli_mpc::engine::Kernel>,
+    engine: ocelli_node::backend::EngineKind,
+    kernel: Option<ocelli_cpu::Kernel>,
     devices: &[usize],
     json: bool,
     progress: impl FnMut(&str),
 ) -> ExitCode {
-    use ocelli_mpc::bench::self_check::{self_check, SelfCheckConfig};
+    use ocelli_bench::self_check::{self_check, SelfCheckConfig};
     let report = match engine {
-        ocelli_mpc::engine::EngineKind::Cpu => {
-            let kernel = kernel.unwrap_or_else(ocelli_mpc::engine::Kernel::detect);
+        ocelli_node::backend::EngineKind::Cpu => {
+            let kernel = kernel.unwrap_or_else(ocelli_cpu::Kernel::detect);
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            ocelli_mpc::engine::CpuEngine::with(kernel, threads).and_then(|cpu| {
-                self_check(
-                    SelfCheckConfig::default(),
-                    [&cpu, &cpu, &cpu],
-                    &ocelli_mpc::bench::device::OnHost,
-                    progress,
-                )
-            })
+            ocelli_node::backend::cpu(Some(kernel), threads)
+                .map_err(ocelli_bench::BenchError::from)
+                .and_then(|cpu| {
+                    self_check(
+                        SelfCheckConfig::default(),
+                        [&cpu, &cpu, &cpu],
+                        &ocelli_bench::device::OnHost,
+                        progress,
+                    )
+                })
+                .map_err(Into::into)
         }
-        ocelli_mpc::engine::EngineKind::Gpu => gpu_self_check(devices, progress),
+        ocelli_node::backend::EngineKind::Gpu => gpu_self_check(devices, progress),
     };
     match report {
         Ok(report) => {
@@ -700,32 +701,32 @@ fn bench_self_check(
 fn gpu_self_check(
     devices: &[usize],
     progress: impl FnMut(&str),
-) -> Result<ocelli_mpc::bench::self_check::SelfCheckReport, ocelli_mpc::EngineError> {
-    ocelli_mpc::bench::device::self_check_gpu(devices, progress)
+) -> Result<ocelli_bench::self_check::SelfCheckReport, Box<dyn std::error::Error>> {
+    Ok(ocelli_bench::device::self_check_gpu(devices, progress)?)
 }
 
 #[cfg(not(feature = "gpu"))]
 fn gpu_self_check(
     _devices: &[usize],
     _progress: impl FnMut(&str),
-) -> Result<ocelli_mpc::bench::self_check::SelfCheckReport, ocelli_mpc::EngineError> {
-    Err(ocelli_mpc::EngineError::GpuNotBuilt)
+) -> Result<ocelli_bench::self_check::SelfCheckReport, Box<dyn std::error::Error>> {
+    Err(ocelli_node::backend::BuildError::GpuNotBuilt.into())
 }
 
 #[cfg(feature = "gpu")]
 fn gpu_bench(
-    config: ocelli_mpc::bench::device::DeviceBenchConfig,
+    config: ocelli_bench::device::DeviceBenchConfig,
     devices: &[usize],
     progress: impl FnMut(&str),
-) -> Result<ocelli_mpc::bench::device::DeviceBenchReport, ocelli_mpc::EngineError> {
-    ocelli_mpc::bench::device::run_gpu(config, devices, progress)
+) -> Result<ocelli_bench::device::DeviceBenchReport, Box<dyn std::error::Error>> {
+    Ok(ocelli_bench::device::run_gpu(config, devices, progress)?)
 }
 
 #[cfg(not(feature = "gpu"))]
 fn gpu_bench(
-    _config: ocelli_mpc::bench::device::DeviceBenchConfig,
+    _config: ocelli_bench::device::DeviceBenchConfig,
     _devices: &[usize],
     _progress: impl FnMut(&str),
-) -> Result<ocelli_mpc::bench::device::DeviceBenchReport, ocelli_mpc::EngineError> {
-    Err(ocelli_mpc::EngineError::GpuNotBuilt)
+) -> Result<ocelli_bench::device::DeviceBenchReport, Box<dyn std::error::Error>> {
+    Err(ocelli_node::backend::BuildError::GpuNotBuilt.into())
 }

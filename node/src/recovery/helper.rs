@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ocelli_mpc::recovery::{helpers_of, pad_seed, Helper, HelperState, PadSecret, PERSON_COEFS};
+use ocelli_mpc::Eye;
 use rand_core::OsRng;
 use sdk_orb::PartyId;
 use shared_proto::v1::{RecoverChunk, RecoverRequest, RecoveryPadOffer};
@@ -229,10 +230,10 @@ fn send_contributions(
         let mut contributions = Vec::with_capacity(rows.len() * PERSON_COEFS * 2);
         for row in rows.clone() {
             let parts = [
-                db.code(0, row),
-                db.mask(0, row),
-                db.code(1, row),
-                db.mask(1, row),
+                db.code(Eye::Left, row),
+                db.mask(Eye::Left, row),
+                db.code(Eye::Right, row),
+                db.mask(Eye::Right, row),
             ];
             for w in helper.contribute_parts(parts) {
                 contributions.extend_from_slice(&w.to_le_bytes());

@@ -1,6 +1,6 @@
 //! A batch's queries as one party holds them: both eyes preprocessed (Lagrange coefficient,
 //! basis B), one unrotated row each; the dot engine prepares their 31 rotations in its own
-//! layout ([`DotEngine::prepare_rotations`]).
+//! layout ([`Backend::prepare_rotations`]).
 
 use rayon::prelude::*;
 use sdk_orb::preprocess::preprocess_coefs;
@@ -8,8 +8,8 @@ use sdk_orb::shamir::PartyShares;
 use sdk_orb::{PartyId, CODE_COEFS, MASK_COEFS};
 use zeroize::Zeroize;
 
-use crate::db::Part;
-use crate::dot::{DotEngine, PreparedQueries};
+use crate::backend::Backend;
+use crate::db::{Eye, Part};
 use crate::scratch::ScratchVec;
 
 /// One party's queries for a pass kind (the first pass's, or the database-scanning ones),
@@ -65,17 +65,17 @@ impl QueryMatrix {
 
     /// The queries `queries` of one eye's `part`, their rotations prepared by `engine`:
     /// rotation `k` of the `i`-th at row `31 i + k + 15`.
-    pub fn prepare(
+    pub fn prepare<B: Backend>(
         &self,
-        engine: &dyn DotEngine,
-        eye: usize,
+        engine: &B,
+        eye: Eye,
         part: Part,
         queries: core::ops::Range<usize>,
-    ) -> PreparedQueries {
+    ) -> B::Prepared {
         let len = part.coefs();
         let matrix = match part {
-            Part::Code => &self.eyes[eye][0],
-            Part::Mask => &self.eyes[eye][1],
+            Part::Code => &self.eyes[eye.index()][0],
+            Part::Mask => &self.eyes[eye.index()][1],
         };
         let rows = &matrix[queries.start * len..queries.end * len];
         let mut copy = ScratchVec::zeroed(rows.len());
@@ -86,7 +86,7 @@ impl QueryMatrix {
     /// Every query, its rotations prepared by `engine` (for the database passes), per eye
     /// `[codes, masks]`. Each matrix is handed over as it is laid out, so at most one exists
     /// twice at a time.
-    pub fn prepare_all(self, engine: &dyn DotEngine) -> [[PreparedQueries; 2]; 2] {
+    pub fn prepare_all<B: Backend>(self, engine: &B) -> [[B::Prepared; 2]; 2] {
         self.eyes.map(|[code, mask]| {
             [
                 engine.prepare_rotations(code, CODE_COEFS),

@@ -1,5 +1,5 @@
 use super::*;
-use crate::engine::CpuEngine;
+use crate::backend::{Reference, RowBackend};
 use crate::local::run_three;
 use crate::synthetic;
 use rand_chacha::ChaCha20Rng;
@@ -68,7 +68,7 @@ fn run_cases(
                 rules: c.rules.clone(),
             })
             .collect();
-        evaluate(s, &CpuEngine::new(), &db, &requests, config).expect("pipeline")
+        evaluate(s, &RowBackend(Reference), &db, &requests, config).expect("pipeline")
     });
     out.into_iter().map(|(results, _, _)| results).collect()
 }
@@ -207,18 +207,18 @@ fn rows_stay_in_serial_order_and_deletion_leaves_no_share_behind() {
     for (d, s) in shares.iter().enumerate() {
         db.push(d as u64 + 1, &s[0]);
     }
-    let second = db.code(0, 1).to_vec();
+    let second = db.code(Eye::Left, 1).to_vec();
     db.remove(0);
     assert_eq!(db.serial_ids(), &[2, 3]);
-    assert_eq!(db.code(0, 0), &second[..]);
+    assert_eq!(db.code(Eye::Left, 0), &second[..]);
     assert_eq!(db.row_of(1), None);
     assert_eq!(db.row_of(3), Some(1));
     db.replace(1, &shares[0][0]);
-    assert_eq!(db.code(1, 1), shares[0][0].right.code.coefs());
+    assert_eq!(db.code(Eye::Right, 1), shares[0][0].right.code.coefs());
     // Re-inserting a lower serial id keeps the order.
     assert_eq!(db.insert(1, &shares[1][0]), 0);
     assert_eq!(db.serial_ids(), &[1, 2, 3]);
-    assert_eq!(db.code(1, 0), shares[1][0].right.code.coefs());
+    assert_eq!(db.code(Eye::Right, 0), shares[1][0].right.code.coefs());
 }
 
 /// A variant of `original` at a chosen distance: rotated by `offset` columns, each bit flipped
@@ -400,7 +400,7 @@ fn the_largest_message_is_four_bytes_per_comparison() {
                 rules: Default::default(),
             })
             .collect();
-        evaluate(s, &CpuEngine::new(), &db, &requests, &config).expect("pipeline")
+        evaluate(s, &RowBackend(Reference), &db, &requests, &config).expect("pipeline")
     });
     let largest = out
         .iter()
@@ -442,7 +442,7 @@ fn a_span_of_passes_equals_its_passes_one_call_each() {
         db.push(serial, &synthetic::random_shares(&mut rng));
     }
     let query = synthetic::random_shares(&mut rng);
-    let engine = CpuEngine::new();
+    let engine = RowBackend(Reference);
     let queries =
         QueryMatrix::new(PartyId::ALL[1], &[(&query, false), (&query, true)]).prepare_all(&engine);
     let scanning = [(0, false), (0, true)];

@@ -141,7 +141,14 @@ fn without_mirror_detection_nothing_more_is_opened_or_sent() {
                     ..PairRules::default()
                 },
             }];
-            evaluate(s, &CpuEngine::new(), &db, &requests, &config).expect("pipeline")
+            evaluate(
+                s,
+                &crate::backend::RowBackend(crate::backend::Reference),
+                &db,
+                &requests,
+                &config,
+            )
+            .expect("pipeline")
         })
     };
     let (off, on) = (run(false), run(true));
