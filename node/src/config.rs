@@ -293,6 +293,33 @@ pub struct KeysConfig {
     pub orb_allow_list: PathBuf,
 }
 
+/// Why `engine = "gpu"` cannot run in this build.
+pub const GPU_NOT_BUILT: &str =
+    "this build has no GPU engine: build with `cargo build --release -p ocelli-node --features gpu`";
+
+/// Which compute backend a node or a benchmark runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// The CPU backend (`ocelli-cpu`).
+    #[default]
+    Cpu,
+    /// The GPU backend (`ocelli-gpu`, a build with the `gpu` feature).
+    Gpu,
+}
+
+impl core::str::FromStr for EngineKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<EngineKind, String> {
+        match s {
+            "cpu" => Ok(EngineKind::Cpu),
+            "gpu" => Ok(EngineKind::Gpu),
+            _ => Err(format!("unknown engine {s:?}: cpu or gpu")),
+        }
+    }
+}
+
 /// The matching pipeline; identical on the three nodes.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -310,7 +337,7 @@ pub struct MatchingConfig {
     /// Comparisons per pass, at most (bounds memory: about 100 bytes each).
     pub max_pass_comparisons: usize,
     /// The dot-product engine: `cpu`, or `gpu` (a build with the `gpu` feature).
-    pub engine: crate::backend::EngineKind,
+    pub engine: EngineKind,
     /// CUDA devices of the GPU engine; several hold contiguous shards of the database.
     pub gpu_devices: Vec<usize>,
     /// Threads of the CPU engine; 0 = one per core.
@@ -333,7 +360,7 @@ impl Default for MatchingConfig {
             privacy_max: false,
             chunk_entries: 4096,
             max_pass_comparisons: 1 << 20,
-            engine: crate::backend::EngineKind::Cpu,
+            engine: EngineKind::Cpu,
             gpu_devices: vec![0],
             threads: 0,
             round_timeout_ms: 120_000,
@@ -676,12 +703,12 @@ impl NodeConfig {
         }
         self.check_pass_size()?;
         if self.matching.enabled
-            && self.matching.engine == crate::backend::EngineKind::Gpu
+            && self.matching.engine == EngineKind::Gpu
             && !cfg!(feature = "gpu")
         {
             return Err(ConfigError::Invalid(format!(
                 "matching.engine = \"gpu\": {}",
-                crate::backend::BuildError::GpuNotBuilt
+                GPU_NOT_BUILT
             )));
         }
         if self.matching.gpu_devices.is_empty() {

@@ -15,7 +15,6 @@
 #![deny(missing_docs, clippy::unwrap_used)]
 
 pub mod agreement;
-pub mod backend;
 pub mod batch;
 pub mod client;
 pub mod cluster;

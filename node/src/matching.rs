@@ -5,10 +5,12 @@
 //! committed requests (request types are public), opens its links to the two
 //! other parties for the commit's MPC session, agrees and confirms the pairwise
 //! PRF seeds on them with fresh ephemeral X25519 keys
-//! ([`ocelli_mpc::randomness::PairKeyExchange`]), and runs [`pipeline::evaluate`].
+//! ([`ocelli_mpc::randomness::PairKeyExchange`]), and runs [`pipeline::evaluate`]. It is the
+//! one place a node chooses its compute backend ([`evaluator_for`]).
 //! Matching sees the database as it was before the batch; the opened bits are
 //! turned into outcomes the same way on all three nodes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ocelli_mpc::network::ChannelTransport;
@@ -39,7 +41,7 @@ pub enum SetupError {
     Party(sdk_orb::InvalidPartyId),
     /// The compute backend.
     #[error(transparent)]
-    Backend(#[from] crate::backend::BuildError),
+    Backend(#[from] BuildError),
 }
 
 /// The evaluator a node runs: the MPC pipeline, or [`NotEvaluated`] when
@@ -51,9 +53,64 @@ pub fn evaluator_for(
     config: &NodeConfig,
 ) -> Result<std::sync::Arc<dyn BatchEvaluator>, SetupError> {
     if config.matching.enabled {
-        crate::backend::mpc_evaluator(config)
+        mpc_evaluator(config)
     } else {
         Ok(std::sync::Arc::new(NotEvaluated))
+    }
+}
+
+/// Why a backend cannot be built here.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The CPU backend.
+    #[error(transparent)]
+    Cpu(#[from] ocelli_cpu::CpuError),
+    /// This build has no GPU backend.
+    #[error("{}", crate::config::GPU_NOT_BUILT)]
+    GpuNotBuilt,
+    /// The GPU backend.
+    #[cfg(feature = "gpu")]
+    #[error("GPU engine: {0}")]
+    Gpu(#[from] ocelli_gpu::GpuError),
+}
+
+/// The CPU backend on `threads` threads (0: one per core), with `kernel` or the fastest this
+/// CPU runs.
+///
+/// # Errors
+/// The kernel is not supported here, or the threads cannot start.
+pub fn cpu(
+    kernel: Option<ocelli_cpu::Kernel>,
+    threads: usize,
+) -> Result<ocelli_cpu::CpuEngine, ocelli_cpu::CpuError> {
+    match (kernel, threads) {
+        (None, 0) => Ok(ocelli_cpu::CpuEngine::new()),
+        (kernel, threads) => {
+            ocelli_cpu::CpuEngine::with(kernel.unwrap_or_else(ocelli_cpu::Kernel::detect), threads)
+        }
+    }
+}
+
+/// The matching evaluator of `config` on its configured backend: the one place a node
+/// chooses its backend; everything downstream is generic over [`Backend`].
+///
+/// # Errors
+/// An invalid party id, or a backend that cannot run here.
+fn mpc_evaluator(config: &NodeConfig) -> Result<Arc<dyn BatchEvaluator>, SetupError> {
+    let m = &config.matching;
+    match m.engine {
+        crate::config::EngineKind::Cpu => {
+            let backend = cpu(None, m.threads).map_err(BuildError::from)?;
+            Ok(Arc::new(MpcEvaluator::new(config, backend)?))
+        }
+        #[cfg(feature = "gpu")]
+        crate::config::EngineKind::Gpu => {
+            let backend =
+                ocelli_gpu::GpuEngine::with_devices(&m.gpu_devices).map_err(BuildError::from)?;
+            Ok(Arc::new(MpcEvaluator::new(config, backend)?))
+        }
+        #[cfg(not(feature = "gpu"))]
+        crate::config::EngineKind::Gpu => Err(BuildError::GpuNotBuilt.into()),
     }
 }
 

@@ -182,7 +182,7 @@ async fn a_node_that_lost_its_store_recovers_it_and_decides_on() -> Res {
     recovery_scenario(20, 8).await
 }
 
-/// The size: 1,000 enrolled, 100 decisions after the recovery. Release:
+/// A thousand enrolled, a hundred decisions after the recovery. Release:
 /// `cargo test --release -p ocelli-node --test recovery -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "1,000 enrolments in MPC; run in release"]

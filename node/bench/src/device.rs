@@ -62,7 +62,7 @@ pub struct DeviceBenchReport {
     /// Seconds to make one party's database resident.
     pub load_seconds: f64,
     /// Dot-product phase: comparisons (a 12,800 and a 6,400 element product each), the
-    /// batch's queries prepared once ([`DotEngine::prepare_queries`]) and every product
+    /// batch's queries prepared once ([`Backend::prepare_queries`]) and every product
     /// brought to the host, as the pipeline's passes do.
     pub dot_per_party_device: f64,
     /// The same in 12,800-element products (1.5 per comparison).
@@ -182,7 +182,7 @@ impl std::fmt::Display for DeviceBenchReport {
 }
 
 /// A device-busy measure over a stretch of wall time: the GPU's
-/// `engine::gpu::BusyClock` (feature `gpu`), event-timed.
+/// `ocelli_gpu::BusyClock` (feature `gpu`), event-timed.
 pub trait BusyMeter: Sync {
     /// Starts a stretch.
     fn start(&self);
@@ -742,35 +742,6 @@ pub fn run_gpu(
         &place,
         (gemm_ops, peak),
         Some(&*clock),
-        progress,
-    )
-}
-
-/// [`crate::self_check::self_check`] on three GPU engines (one per party) and the
-/// comparison phase on their kernels.
-///
-/// # Errors
-/// No usable GPU (the message says why), or a run failed.
-#[cfg(feature = "gpu")]
-pub fn self_check_gpu(
-    devices: &[usize],
-    progress: impl FnMut(&str),
-) -> Result<crate::self_check::SelfCheckReport, BenchError> {
-    use ocelli_gpu::GpuEngine;
-    let engine = |_| GpuEngine::with_devices(devices);
-    let engines = [engine(0)?, engine(1)?, engine(2)?];
-    let place = OnDevices::new(
-        [
-            engines[0].kernels(),
-            engines[1].kernels(),
-            engines[2].kernels(),
-        ],
-        format!("the GPU, {}", engines[0].device_name()?),
-    );
-    crate::self_check::self_check(
-        crate::self_check::SelfCheckConfig::default(),
-        [&engines[0], &engines[1], &engines[2]],
-        &place,
         progress,
     )
 }

@@ -81,7 +81,7 @@ pub struct BenchReport {
     /// Dot-product phase, one party on one core (the best of three runs).
     pub dot_per_party_core: f64,
     /// The dot-product phase as the pipeline runs it: each query's 31 rotations prepared
-    /// once ([`DotEngine::prepare_rotations`]) against a share database, one party on one
+    /// once ([`Backend::prepare_rotations`]) against a share database, one party on one
     /// core (the best of three runs).
     pub dot_rotations_per_party_core: f64,
     /// Multiply-adds per comparison the kernel runs in `dot_rotations_per_party_core`

@@ -113,22 +113,21 @@ impl std::fmt::Display for SelfCheckReport {
 /// One sampled product: eye, query row (query `row / 31`, rotation `row % 31 - 15`), entry.
 #[derive(Clone, Copy, Debug)]
 struct Sample {
-    eye: usize,
+    eye: Eye,
     row: usize,
     entry: usize,
 }
 
-fn eye_of(person: &Person, eye: usize) -> &IrisTemplate {
-    if eye == 0 {
-        &person.0
-    } else {
-        &person.1
+fn eye_of(person: &Person, eye: Eye) -> &IrisTemplate {
+    match eye {
+        Eye::Left => &person.0,
+        Eye::Right => &person.1,
     }
 }
 
 /// The plaintext products of one eye of `query`, rotation index `k` (rotation `k - 15`),
 /// against `enrolled`.
-fn plain_products(query: &Person, enrolled: &Person, eye: usize, k: usize) -> DotProducts {
+fn plain_products(query: &Person, enrolled: &Person, eye: Eye, k: usize) -> DotProducts {
     let rotation = k as i32 - (ROTATION_COUNT as i32 / 2);
     dot_products(&eye_of(query, eye).rotated(rotation), eye_of(enrolled, eye))
 }
@@ -223,7 +222,7 @@ pub fn self_check<B: Backend, P: ComparisonPlace>(
         .iter()
         .enumerate()
         .flat_map(|(q, &entry)| {
-            (0..2).flat_map(move |eye| {
+            Eye::BOTH.into_iter().flat_map(move |eye| {
                 (0..ROTATION_COUNT).map(move |k| Sample {
                     eye,
                     row: q * ROTATION_COUNT + k,
@@ -236,12 +235,13 @@ pub fn self_check<B: Backend, P: ComparisonPlace>(
     while samples.len() < config.samples {
         let pick = |rng: &mut ChaCha20Rng, m: usize| (rng.next_u64() % m as u64) as usize;
         samples.push(Sample {
-            eye: pick(&mut rng, 2),
+            eye: Eye::BOTH[pick(&mut rng, 2)],
             row: pick(&mut rng, rows),
             entry: pick(&mut rng, n),
         });
     }
-    let share_of = |i: usize, s: Sample, part: usize| products[i][s.eye][part][s.row * n + s.entry];
+    let share_of =
+        |i: usize, s: Sample, part: usize| products[i][s.eye.index()][part][s.row * n + s.entry];
     let expected: Vec<DotProducts> = samples
         .iter()
         .map(|&s| reference(&queries, &enrolled, s))
@@ -317,7 +317,7 @@ pub fn self_check<B: Backend, P: ComparisonPlace>(
         for (entry, person) in enrolled.iter().enumerate() {
             let eye_matches =
                 |eye| (0..ROTATION_COUNT).any(|k| plain_products(query, person, eye, k).matches(a));
-            let expected = eye_matches(0) && eye_matches(1);
+            let expected = eye_matches(Eye::Left) && eye_matches(Eye::Right);
             let found = opened.iter().map(|r| r[q].entries.contains(&entry));
             report.decisions_checked += 1;
             report.decisions_matching += usize::from(expected);
@@ -327,6 +327,36 @@ pub fn self_check<B: Backend, P: ComparisonPlace>(
         }
     }
     Ok(report)
+}
+
+/// [`self_check`] on three GPU engines (one per party) and the
+/// comparison phase on their kernels.
+///
+/// # Errors
+/// No usable GPU (the message says why), or a run failed.
+#[cfg(feature = "gpu")]
+pub fn self_check_gpu(
+    devices: &[usize],
+    progress: impl FnMut(&str),
+) -> Result<SelfCheckReport, BenchError> {
+    use crate::device::OnDevices;
+    use ocelli_gpu::GpuEngine;
+    let engine = |_| GpuEngine::with_devices(devices);
+    let engines = [engine(0)?, engine(1)?, engine(2)?];
+    let place = OnDevices::new(
+        [
+            engines[0].kernels(),
+            engines[1].kernels(),
+            engines[2].kernels(),
+        ],
+        format!("the GPU, {}", engines[0].device_name()?),
+    );
+    self_check(
+        SelfCheckConfig::default(),
+        [&engines[0], &engines[1], &engines[2]],
+        &place,
+        progress,
+    )
 }
 
 #[cfg(test)]

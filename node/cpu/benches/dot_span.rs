@@ -1,4 +1,4 @@
-//! The database passes' dot products by engine call (`DotEngine::dot_db_prepared`), one
+//! The database passes' dot products by engine call (`Backend::dot_db_prepared`), one
 //! thread, with each supported kernel: a batch of 64 requests with their mirrored queries
 //! (128 prepared queries) against 2,048 enrolled people, in calls of 132 rows (one pass at
 //! the default `max_pass_comparisons`), 528 (the pipeline's span of four such passes) and

@@ -1,4 +1,4 @@
-//! Laying out a batch's queries for the database passes (`DotEngine::prepare_rotations`),
+//! Laying out a batch's queries for the database passes (`Backend::prepare_rotations`),
 //! one thread, with each supported kernel: the fixed cost per query that small passes
 //! (few database rows per pass, as in a node's early batches) pay in full.
 //!

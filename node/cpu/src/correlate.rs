@@ -152,21 +152,7 @@ pub fn lagged_panel<'a>(
     zeroize::Zeroize::zeroize(ext.as_mut_bytes());
 }
 
-/// The leaves of a database row that are its own elements, `z_r` for leaf `s` at `[s] ==
-/// Some(r)` ([`db_leaves`]): a tile reads them from the row in place, element `r` of every
-/// group of four, in couples [`DIRECT_COUPLE`] wide from coefficient `ELEMENT * r` on,
-/// instead of from a copy.
-pub const DIRECT_LEAVES: [Option<usize>; LEAVES] = [
-    None,
-    None,
-    None,
-    None,
-    Some(3),
-    Some(1),
-    None,
-    Some(2),
-    Some(0),
-];
+pub use crate::kernels::DIRECT_LEAVES;
 
 /// Couple width ([`crate::kernels`]) of a direct leaf read in place: a leaf element's
 /// two pairs sit side by side, and the next element of the leaf is a group further on.

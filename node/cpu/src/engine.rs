@@ -2,7 +2,7 @@
 //! and database rows in blocks, slabs and blocks in parallel.
 //!
 //! The query rows are laid out once (`interleave`) into the panels the tiles read: per
-//! call, or per batch through [`DotEngine::prepare_queries`], since a batch's database passes
+//! call, or per batch through [`Backend::prepare_queries`], since a batch's database passes
 //! all read the same queries. A block task runs chunk after chunk of the vector length:
 //! every database tile of the block against every query panel of the slab. A tile's
 //! accumulators are results, not lane sums, so a chunk of thousands of coefficients costs one
@@ -115,7 +115,7 @@ impl Kernel {
     }
 
     /// `panels` (`nq` query rows interleaved by [`interleave`] for this kernel) x `db` into
-    /// `out`, as [`DotEngine::dot`], in chunks of `chunk`, on the current rayon pool.
+    /// `out`, as [`Backend::dot`], in chunks of `chunk`, on the current rayon pool.
     fn run(self, chunk: usize, panels: &[u16], nq: usize, db: &[u16], len: usize, out: &mut [u16]) {
         match self {
             Kernel::Avx512Vnni(cpu) => tiled::<VNNI_P, VNNI_D>(
@@ -521,7 +521,7 @@ impl CpuEngine {
         }
     }
 
-    /// [`DotEngine::dot`] for queries laid out by [`interleave`] for this engine's kernel.
+    /// [`Backend::dot`] for queries laid out by [`interleave`] for this engine's kernel.
     fn dot_panels(&self, panels: &[u16], nq: usize, db: &[u16], len: usize, out: &mut [u16]) {
         assert!(
             len > 0 && len.is_multiple_of(64),
@@ -554,13 +554,13 @@ impl CpuEngine {
     }
 
     /// Multiply-adds the kernel runs for the rotations of `bases` queries of length `len`
-    /// against one database row ([`DotEngine::prepare_rotations`]), panel padding included.
+    /// against one database row ([`Backend::prepare_rotations`]), panel padding included.
     pub fn rotation_macs(&self, bases: usize, len: usize) -> usize {
         let (rows, leaves) = self.rotation_costs(bases, len);
         leaves.map_or(rows, |leaves| leaves.min(rows))
     }
 
-    /// [`DotEngine::dot_db_prepared`] for [`QueryLayout::Correlated`] queries (`bases` of
+    /// [`Backend::dot_db_prepared`] for correlated queries (`bases` of
     /// them, `panels` their leaves), the first `used` of them, on the engine's pool.
     fn dot_correlated(
         &self,

@@ -192,6 +192,22 @@ pub fn tile_avx2(
     unreachable!("no token exists off x86_64")
 }
 
+/// The leaves of a database row that are its own elements, `z_r` for leaf `s` at `[s] ==
+/// Some(r)` ([`crate::correlate::db_leaves`]): a tile reads them from the row in place, element `r` of every
+/// group of four, in couples [`crate::correlate::DIRECT_COUPLE`] wide from coefficient `ELEMENT * r` on,
+/// instead of from a copy.
+pub const DIRECT_LEAVES: [Option<usize>; 9] = [
+    None,
+    None,
+    None,
+    None,
+    Some(3),
+    Some(1),
+    None,
+    Some(2),
+    Some(0),
+];
+
 /// The nine correlation leaves of database row `y` ([`crate::correlate::db_leaves`]),
 /// or its five sums alone (`all` false): four groups of four elements per step, transposed
 /// so that each leaf is a vertical sum.
@@ -236,8 +252,8 @@ pub fn prefetch(data: &[u16]) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::DIRECT_LEAVES;
     use super::{Acc, AVX2_D, AVX2_P, VNNI_D, VNNI_P};
-    use crate::correlate::DIRECT_LEAVES;
     use core::arch::asm;
 
     /// AVX-512 VNNI: `vpdpwssd` multiplies 32 pairs of i16 and adds adjacent products into
@@ -538,8 +554,8 @@ mod x86 {
     /// consecutive groups) are transposed into `Z0..Z3`, each holding one element of every
     /// group, then summed.
     ///
-    /// With `ALL` false, the leaves that are elements of `y` ([`crate::correlate::
-    /// DIRECT_LEAVES`]) are not written.
+    /// With `ALL` false, the leaves that are elements of `y` ([`super::DIRECT_LEAVES`]) are
+    /// not written.
     ///
     /// # Safety
     /// The CPU must support `avx2`; `y` must hold `64 * steps` coefficients and `out` nine

@@ -338,7 +338,7 @@ mod tests {
     /// Every supported kernel's probe stays within what a core can issue at the clock
     /// measured around it (the bound itself, not a speed).
     #[test]
-    fn the_peak_probe_never_exceeds_the_issue_bound() {
+    fn the_peak_probe_never_exceeds_what_the_core_can_issue() {
         for kernel in Kernel::all_supported() {
             let peak = mac_peak(kernel);
             for peak in [peak, accumulate_peak(kernel, peak)] {

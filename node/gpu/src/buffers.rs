@@ -157,7 +157,7 @@ pub(super) fn move_rows<T: DeviceRepr>(
     Ok(())
 }
 
-/// Query vectors split and uploaded once for many products ([`crate::DotEngine::prepare_queries`]):
+/// Query vectors split and uploaded once for many products ([`ocelli_mpc::Backend::prepare_queries`]):
 /// one plane per device of the engine `engine`, in its device order, padded to whole [`PAD`]
 /// rows. Wiped when dropped: they are shares.
 pub(super) struct ResidentQueries {
@@ -185,7 +185,7 @@ pub(super) struct Outputs {
 pub(super) struct Scratch {
     /// Queries, padded to whole [`PAD`] rows.
     pub(super) q: Plane,
-    /// Database vectors passed from the host ([`DotEngine::dot`]), padded likewise.
+    /// Database vectors passed from the host ([`Backend::dot`]), padded likewise.
     pub(super) d: Plane,
     pub(super) outputs: Outputs,
 }

@@ -1,15 +1,14 @@
 //! What the comparison phase's circuits need of the place their shares live: shared bit
 //! vectors with local word operations ([`SharedBits`]), and a party that can AND and open them
 //! and turn dot-product shares into match bits ([`Circuit`]). The carry, the OR trees, the eye
-//! rule and the opening are written once against these; a [`Session`] runs them on shares in
+//! rule and the opening are written once against these; a [`crate::Session`] runs them on shares in
 //! host memory, a backend's own circuit ([`crate::Backend::circuit`]) where it keeps them,
 //! e.g. in a kernel device's memory.
 
 use sdk_orb::PartyId;
 
 use crate::bits::words_for;
-use crate::network::{NetworkError, Transport};
-use crate::session::Session;
+use crate::network::NetworkError;
 use crate::share::Replicated;
 
 /// A party's replicated share of a bit-sliced vector, `words()` u64 words long. Every
@@ -145,45 +144,5 @@ impl SharedBits for Replicated<u64> {
             out
         };
         Replicated::new(pick(&self.own), pick(&self.prev))
-    }
-}
-
-impl<T: Transport> Circuit for Session<'_, T> {
-    type Bits = Replicated<u64>;
-
-    fn party(&self) -> PartyId {
-        Session::party(self)
-    }
-
-    fn zeros(&mut self, words: usize) -> Replicated<u64> {
-        Replicated::zeros(words)
-    }
-
-    fn and(
-        &mut self,
-        x: &Replicated<u64>,
-        y: &Replicated<u64>,
-    ) -> Result<Replicated<u64>, NetworkError> {
-        Session::and(self, x, y)
-    }
-
-    fn and_pairs(
-        &mut self,
-        pairs: &[(&Replicated<u64>, &Replicated<u64>)],
-    ) -> Result<Vec<Replicated<u64>>, NetworkError> {
-        Session::and_pairs(self, pairs)
-    }
-
-    fn open(&mut self, x: &Replicated<u64>) -> Result<Vec<u64>, NetworkError> {
-        self.open_bits(x)
-    }
-
-    fn match_bits(
-        &mut self,
-        cd: &[u16],
-        md: &[u16],
-        a: u32,
-    ) -> Result<Replicated<u64>, NetworkError> {
-        crate::compare::match_bits(self, cd, md, a)
     }
 }

@@ -352,5 +352,46 @@ pub fn or_blocks<C: Circuit>(
     Ok(current)
 }
 
+/// The host-memory circuit: shares in [`Replicated`] vectors, rounds through the session.
+impl<T: Transport> Circuit for Session<'_, T> {
+    type Bits = Replicated<u64>;
+
+    fn party(&self) -> sdk_orb::PartyId {
+        Session::party(self)
+    }
+
+    fn zeros(&mut self, words: usize) -> Replicated<u64> {
+        Replicated::zeros(words)
+    }
+
+    fn and(
+        &mut self,
+        x: &Replicated<u64>,
+        y: &Replicated<u64>,
+    ) -> Result<Replicated<u64>, NetworkError> {
+        Session::and(self, x, y)
+    }
+
+    fn and_pairs(
+        &mut self,
+        pairs: &[(&Replicated<u64>, &Replicated<u64>)],
+    ) -> Result<Vec<Replicated<u64>>, NetworkError> {
+        Session::and_pairs(self, pairs)
+    }
+
+    fn open(&mut self, x: &Replicated<u64>) -> Result<Vec<u64>, NetworkError> {
+        self.open_bits(x)
+    }
+
+    fn match_bits(
+        &mut self,
+        cd: &[u16],
+        md: &[u16],
+        a: u32,
+    ) -> Result<Replicated<u64>, NetworkError> {
+        match_bits(self, cd, md, a)
+    }
+}
+
 #[cfg(test)]
 mod tests;

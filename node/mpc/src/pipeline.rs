@@ -16,6 +16,7 @@
 //! The eye rule is public per pair ([`PairRules`]): AND by default, OR for an OR-policy request,
 //! for the most recent database rows (lookback) and for rows the request names.
 
+mod plan;
 pub mod query;
 mod reduce;
 
@@ -32,6 +33,7 @@ use crate::db::{Eye, MatchDb, Part};
 use crate::network::{NetworkError, Transport};
 use crate::scratch::ScratchVec;
 use crate::session::Session;
+use plan::{Against, BatchPlan, FirstPass, Pair};
 use reduce::run_pass;
 use sdk_orb::rotation::ROTATION_COUNT;
 use zeroize::Zeroizing;
@@ -189,28 +191,19 @@ pub struct MatchResult {
     pub mirror: bool,
 }
 
-/// One compared pair: request `request` against a database entry or an earlier request.
-#[derive(Clone, Copy, Debug)]
-enum Against {
-    Entry(usize),
-    Earlier(usize),
-    /// A database entry against the request's mirrored query.
-    Mirror,
-}
-
 /// Per-pass accumulation of additive `(cd, md)` shares in the layout
 /// `[rotation][eye][pair]`, each `[eye]` block padded to whole words. Zeroized on drop, and
 /// kept for the next pass ([`ScratchVec`]): a fresh pass-sized vector costs more in page
 /// faults than filling it.
 struct PassInputs {
-    pairs: Vec<(usize, Against)>,
+    pairs: Vec<Pair>,
     cd: ScratchVec,
     md: ScratchVec,
     padded: usize,
 }
 
 impl PassInputs {
-    fn new(pairs: Vec<(usize, Against)>) -> PassInputs {
+    fn new(pairs: Vec<Pair>) -> PassInputs {
         let padded = words_for(pairs.len()) * 64;
         let n = ROTATION_COUNT * 2 * padded;
         PassInputs {
@@ -276,66 +269,26 @@ pub fn evaluate<C: Circuit, B: Backend>(
     config: &PipelineConfig,
 ) -> Result<Vec<MatchResult>, NetworkError> {
     let party = circuit.party();
-    // The database-scanning queries in the order the passes read them: the requests, then
-    // their mirrored queries.
-    let mut scanning: Vec<(usize, bool)> = (0..requests.len())
-        .filter(|&j| requests[j].target == Target::Database)
-        .map(|j| (j, false))
-        .collect();
-    scanning.extend(
-        (0..requests.len())
-            .filter(|&j| requests[j].rules.mirror && requests[j].target == Target::Database)
-            .map(|j| (j, true)),
-    );
-    let any_mirror = scanning.iter().any(|&(_, mirror)| mirror);
+    let plan = BatchPlan::new(requests, db.len(), config);
+    let any_mirror = plan.scanning.iter().any(|q| q.mirrored);
     let mut results = vec![MatchResult::default(); requests.len()];
     // [request][..] OR accumulators: the plain pairs (privacy-max), then the mirrored pairs.
     let mut any_shared = circuit.zeros(2 * words_for(requests.len()));
 
-    let scans = !scanning.is_empty() && !db.is_empty();
-    let people: Vec<_> = scanning
+    let people: Vec<_> = plan
+        .scanning
         .iter()
-        .map(|&(j, mirror)| (requests[j].shares, mirror))
+        .map(|q| (requests[q.request].shares, q.mirrored))
         .collect();
-    let per_entry = scanning.len() * ROTATION_COUNT * 2;
-    let chunk = config
-        .chunk_entries
-        .min(config.max_pass_comparisons / per_entry.max(1))
-        .max(1);
-    let starts: Vec<usize> = (0..db.len()).step_by(chunk).collect();
-    let rows = |start: usize| start..(start + chunk).min(db.len());
     let prepare_scan = || QueryMatrix::new(party, &people).prepare_all(engine);
-    // Where the first pass compares requests with earlier candidates, it reads their rows of
-    // the scanning queries (the plain ones lead), laid out once for both passes: a request's
-    // rotations would otherwise be laid out twice per batch, a fixed cost that small
-    // databases feel most.
-    let plain = scanning.iter().filter(|&&(_, mirror)| !mirror).count();
-    let mut plain_rows = vec![None; requests.len()];
-    for (row, &(j, _)) in scanning[..plain].iter().enumerate() {
-        plain_rows[j] = Some(row);
-    }
-    let earlier = earlier_candidates(requests);
-    let reads_scan = scans
-        && earlier.iter().any(|&e| e > 0)
-        && earlier
-            .iter()
-            .zip(&plain_rows)
-            .all(|(&e, row)| e == 0 || row.is_some());
-    let mut laid_out = reads_scan.then(prepare_scan);
-    // The passes whose dot products one engine call computes: a call over few rows pays its
-    // fixed costs (the query panels streamed for each work item, partial tiles) for little
-    // work, and a batch of many queries leaves each pass few rows.
-    let span = DOT_SPAN_ROWS.div_ceil(chunk).clamp(1, MAX_PASSES_PER_SPAN);
-    let spans: Vec<Vec<core::ops::Range<usize>>> = starts
-        .chunks(span)
-        .map(|group| group.iter().map(|&start| rows(start)).collect())
-        .collect();
+    let mut laid_out = plan.first_reads_scan.then(prepare_scan);
     // The scanning queries (laid out now if not yet) and the first span's dot products.
     let scan_setup = |queries: Option<EyeQueries<B>>| {
         let queries = queries.unwrap_or_else(prepare_scan);
-        let first = database_span(engine, db, &scanning, &queries, &spans[0]);
+        let first = database_span(engine, db, &plan, &queries, &plan.spans[0]);
         (queries, first)
     };
+    let scans = !plan.spans.is_empty();
     let overlap = engine.overlaps_passes();
 
     let mut rounds = |pass| {
@@ -350,8 +303,11 @@ pub fn evaluate<C: Circuit, B: Backend>(
     };
     let from_scan = laid_out
         .as_ref()
-        .map(|queries| (queries, plain_rows.as_slice()));
-    let batch = batch_pass(engine, db, requests, &earlier, party, from_scan);
+        .map(|queries| (queries, plan.scan_row.as_slice()));
+    let batch = plan
+        .first
+        .as_ref()
+        .map(|first| batch_pass(engine, db, requests, first, party, from_scan));
     // The batch pass's rounds wait on the network while the database scan is set up (its
     // queries laid out, unless the batch pass took them already, and its first pass computed).
     let scan = std::thread::scope(|scope| {
@@ -362,13 +318,13 @@ pub fn evaluate<C: Circuit, B: Backend>(
         beside(scope, ahead, || batch.map_or(Ok(()), &mut rounds))
     })?;
     if let Some((queries, first)) = scan.or_else(|| scans.then(|| scan_setup(laid_out.take()))) {
-        let (scanning, queries, spans) = (&scanning, &queries, &spans);
-        let compute = |k: usize| database_span(engine, db, scanning, queries, &spans[k]);
+        let (plan, queries) = (&plan, &queries);
+        let compute = |k: usize| database_span(engine, db, plan, queries, &plan.spans[k]);
         std::thread::scope(|scope| -> Result<(), NetworkError> {
             let mut next = Some(first);
-            for k in 0..spans.len() {
+            for k in 0..plan.spans.len() {
                 let current = next.take().expect("each span is computed before its turn");
-                let following = (k + 1 < spans.len()).then_some(k + 1);
+                let following = (k + 1 < plan.spans.len()).then_some(k + 1);
                 // The next span's dot products run while this span's rounds wait on the
                 // network.
                 let ahead = following.filter(|_| overlap).map(|k| move || compute(k));
@@ -420,25 +376,10 @@ fn beside<'scope, T: Send + 'scope>(
     Ok(computed)
 }
 
-/// For each request, how many of the batch's enrolment candidates before it it is matched
-/// against (intra-batch uniqueness): all of them where it asks to be, none otherwise.
-fn earlier_candidates(requests: &[PipelineRequest<'_>]) -> Vec<usize> {
-    let mut seen = 0;
-    requests
-        .iter()
-        .map(|r| {
-            let earlier = if r.against_earlier { seen } else { 0 };
-            seen += usize::from(r.candidate);
-            earlier
-        })
-        .collect()
-}
-
-/// The first pass: the comparisons that do not scan the database, each request against the
-/// batch's earlier enrolment candidates (intra-batch uniqueness; `earlier_of` counts them per
-/// request, [`earlier_candidates`]) and against its single entry (re-authentication). `None`
-/// if there are none. The candidates' raw shares form one contiguous matrix per eye; request
-/// `j`'s earlier candidates are a prefix of it.
+/// The first pass's dot products ([`FirstPass`]): each request against the batch's earlier
+/// enrolment candidates (intra-batch uniqueness) and against its single entry
+/// (re-authentication). The candidates' raw shares form one contiguous matrix per eye; a
+/// request's earlier candidates are a prefix of it.
 ///
 /// `from_scan`: the scanning queries already laid out, with each request's row among the
 /// plain ones, which lead them; where given, every request with earlier candidates must
@@ -447,17 +388,14 @@ fn batch_pass<B: Backend>(
     engine: &B,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
-    earlier_of: &[usize],
+    first: &FirstPass,
     party: PartyId,
     from_scan: Option<(&EyeQueries<B>, &[Option<usize>])>,
-) -> Option<PassInputs> {
-    let candidates: Vec<usize> = (0..requests.len())
-        .filter(|&k| requests[k].candidate)
-        .collect();
+) -> PassInputs {
     // Shares of the candidates' codes and masks, and below their products: zeroized on drop.
     let mut candidate_codes = [Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())];
     let mut candidate_masks = [Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new())];
-    for &k in &candidates {
+    for &k in &first.candidates {
         for (eye, e) in [&requests[k].shares.left, &requests[k].shares.right]
             .into_iter()
             .enumerate()
@@ -466,57 +404,33 @@ fn batch_pass<B: Backend>(
             candidate_masks[eye].extend_from_slice(e.mask.coefs());
         }
     }
-    let mut pairs = Vec::new();
-    // Per request with pass-1 pairs: (request, its first pair, earlier candidates, entry).
-    let mut blocks = Vec::new();
-    for (j, r) in requests.iter().enumerate() {
-        let first = pairs.len();
-        let earlier = earlier_of[j];
-        pairs.extend(
-            candidates[..earlier]
-                .iter()
-                .map(|&k| (j, Against::Earlier(k))),
-        );
-        let entry = match r.target {
-            Target::Entry(d) => Some(d),
-            _ => None,
-        };
-        if let Some(d) = entry {
-            pairs.push((j, Against::Entry(d)));
-        }
-        if pairs.len() > first {
-            blocks.push((j, first, earlier, entry));
-        }
-    }
-    if pairs.is_empty() {
-        return None;
-    }
-    let mut pass = PassInputs::new(pairs);
+    let blocks = &first.blocks;
+    let mut pass = PassInputs::new(first.pairs.clone());
     // The queries: one row per request with pairs, in block order (none where the scanning
     // queries serve every pair).
-    let own_rows = from_scan.is_none() || blocks.iter().any(|b| b.3.is_some());
+    let own_rows = from_scan.is_none() || blocks.iter().any(|b| b.entry.is_some());
     let people: Vec<_> = blocks
         .iter()
         .filter(|_| own_rows)
-        .map(|&(j, ..)| (requests[j].shares, false))
+        .map(|b| (requests[b.request].shares, false))
         .collect();
     let queries = QueryMatrix::new(party, &people);
     // Earlier candidates: the queries of every request that has some, in one run of the
-    // query matrix, against all candidates in one engine call per eye and part (the engine
+    // query matrix, against all candidates in one backend call per eye and part (the backend
     // lays the candidates out once); each request takes its prefix.
-    let with_earlier = || blocks.iter().enumerate().filter(|(_, b)| b.2 > 0);
+    let with_earlier = || blocks.iter().enumerate().filter(|(_, b)| b.earlier > 0);
     let lo = with_earlier().map(|(i, _)| i).min();
     let hi = with_earlier().map(|(i, _)| i + 1).max();
-    let n_candidates = candidates.len();
+    let n_candidates = first.candidates.len();
     for eye in Eye::BOTH {
         if let (Some(lo), Some(hi)) = (lo, hi) {
             // Query rows: the plain scanning queries up to the last one read, or the requests
             // `lo..hi`.
             let own;
             let (rows, [code_queries, mask_queries]) = match from_scan {
-                Some((scan, plain_rows)) => {
+                Some((scan, scan_row)) => {
                     let last = with_earlier()
-                        .filter_map(|(_, &(j, ..))| plain_rows[j])
+                        .filter_map(|(_, b)| scan_row[b.request])
                         .max()
                         .unwrap_or(0);
                     (
@@ -546,24 +460,24 @@ fn batch_pass<B: Backend>(
                 MASK_COEFS,
                 &mut mask_dots,
             );
-            for (i, &(j, first, earlier, _)) in with_earlier() {
+            for (i, b) in with_earlier() {
                 let row = match from_scan {
-                    Some((_, plain_rows)) => {
-                        plain_rows[j].expect("a request with earlier candidates scans")
+                    Some((_, scan_row)) => {
+                        scan_row[b.request].expect("a request with earlier candidates scans")
                     }
                     None => i - lo,
                 };
                 let at = row * ROTATION_COUNT * n_candidates;
                 pass.fill(
                     eye,
-                    (first, earlier, n_candidates),
+                    (b.first_pair, b.earlier, n_candidates),
                     &code_dots[at..],
                     &mask_dots[at..],
                 );
             }
         }
-        for (i, &(_, first, earlier, entry)) in blocks.iter().enumerate() {
-            let Some(d) = entry else { continue };
+        for (i, b) in blocks.iter().enumerate() {
+            let Some(d) = b.entry else { continue };
             let q = i..i + 1;
             let mut code_dots = [0u16; ROTATION_COUNT];
             let mut mask_dots = [0u16; ROTATION_COUNT];
@@ -571,31 +485,26 @@ fn batch_pass<B: Backend>(
                 let prepared = queries.prepare(engine, eye, part, q.clone());
                 engine.dot_db_prepared(&prepared, db, eye, part, d..d + 1, dots);
             }
-            pass.fill(eye, (first + earlier, 1, 1), &code_dots, &mask_dots);
+            pass.fill(
+                eye,
+                (b.first_pair + b.earlier, 1, 1),
+                &code_dots,
+                &mask_dots,
+            );
         }
     }
-    Some(pass)
+    pass
 }
 
 /// Queries laid out by the backend, `[eye][code, mask]`.
 type EyeQueries<B> = [[<B as Backend>::Prepared; 2]; 2];
-
-/// Database rows whose dot products one engine call computes, at least, where the passes
-/// are shorter. With 128 queries (64 requests and their mirrored queries) on one core
-/// (`benches/dot_span.rs`), calls of 132 rows ran at 0.88 of the rate of one call of 2,048
-/// with AVX-512 (0.97 with AVX2), calls of 528 at 0.97 (1.00).
-const DOT_SPAN_ROWS: usize = 512;
-
-/// Passes whose dot products one engine call computes, at most: each pass's inputs (4 bytes
-/// per comparison) are held from the call until the pass's turn.
-const MAX_PASSES_PER_SPAN: usize = 4;
 
 /// Consecutive database passes, every scanning request against the database rows of each
 /// range of `passes`, from one engine call per eye and part over all their rows.
 fn database_span<B: Backend>(
     engine: &B,
     db: &MatchDb,
-    scanning: &[(usize, bool)],
+    plan: &BatchPlan,
     queries: &EyeQueries<B>,
     passes: &[core::ops::Range<usize>],
 ) -> Vec<PassInputs> {
@@ -606,25 +515,9 @@ fn database_span<B: Backend>(
     let width = span.len();
     let mut inputs: Vec<PassInputs> = passes
         .iter()
-        .map(|rows| {
-            let pairs = scanning
-                .iter()
-                .flat_map(|&(j, mirror)| {
-                    rows.clone().map(move |d| {
-                        (
-                            j,
-                            if mirror {
-                                Against::Mirror
-                            } else {
-                                Against::Entry(d)
-                            },
-                        )
-                    })
-                })
-                .collect();
-            PassInputs::new(pairs)
-        })
+        .map(|rows| PassInputs::new(plan.database_pairs(rows.clone())))
         .collect();
+    let scanning = &plan.scanning;
     let query_rows = scanning.len() * ROTATION_COUNT;
     let mut code_dots = ScratchVec::zeroed(query_rows * width);
     let mut mask_dots = ScratchVec::zeroed(query_rows * width);

@@ -129,7 +129,7 @@ enum Command {
         /// The dot-product engine. `gpu` runs the three parties on one GPU, each with its
         /// own engine and resident database (a build with the `gpu` feature).
         #[arg(long, default_value = "cpu")]
-        engine: ocelli_node::backend::EngineKind,
+        engine: ocelli_node::config::EngineKind,
         /// The CPU kernel: avx512-vnni, avx2 or scalar [default: the fastest this CPU has].
         #[arg(long, value_parser = parse_kernel)]
         kernel: Option<ocelli_cpu::Kernel>,
@@ -436,7 +436,7 @@ fn main() -> ExitCode {
                 return bench_self_check(engine, kernel, &devices, json, progress);
             }
             let printed: Result<(), Box<dyn std::error::Error>> = match engine {
-                ocelli_node::backend::EngineKind::Cpu => {
+                ocelli_node::config::EngineKind::Cpu => {
                     let config = ocelli_bench::BenchConfig {
                         db_entries: db.unwrap_or(2048),
                         queries: queries.unwrap_or(4),
@@ -444,7 +444,7 @@ fn main() -> ExitCode {
                     };
                     print_report(&ocelli_bench::run(config, progress), json).map_err(Into::into)
                 }
-                ocelli_node::backend::EngineKind::Gpu => {
+                ocelli_node::config::EngineKind::Gpu => {
                     let config = ocelli_bench::device::DeviceBenchConfig {
                         db_entries: db.unwrap_or(100_000),
                         pipeline_entries: pipeline_db,
@@ -653,7 +653,7 @@ fn print_report<R: serde::Serialize + std::fmt::Display>(
 
 /// `bench --self-check`: the report, and failure unless it passed.
 fn bench_self_check(
-    engine: ocelli_node::backend::EngineKind,
+    engine: ocelli_node::config::EngineKind,
     kernel: Option<ocelli_cpu::Kernel>,
     devices: &[usize],
     json: bool,
@@ -661,10 +661,10 @@ fn bench_self_check(
 ) -> ExitCode {
     use ocelli_bench::self_check::{self_check, SelfCheckConfig};
     let report = match engine {
-        ocelli_node::backend::EngineKind::Cpu => {
+        ocelli_node::config::EngineKind::Cpu => {
             let kernel = kernel.unwrap_or_else(ocelli_cpu::Kernel::detect);
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            ocelli_node::backend::cpu(Some(kernel), threads)
+            ocelli_node::matching::cpu(Some(kernel), threads)
                 .map_err(ocelli_bench::BenchError::from)
                 .and_then(|cpu| {
                     self_check(
@@ -676,7 +676,7 @@ fn bench_self_check(
                 })
                 .map_err(Into::into)
         }
-        ocelli_node::backend::EngineKind::Gpu => gpu_self_check(devices, progress),
+        ocelli_node::config::EngineKind::Gpu => gpu_self_check(devices, progress),
     };
     match report {
         Ok(report) => {
@@ -702,7 +702,7 @@ fn gpu_self_check(
     devices: &[usize],
     progress: impl FnMut(&str),
 ) -> Result<ocelli_bench::self_check::SelfCheckReport, Box<dyn std::error::Error>> {
-    Ok(ocelli_bench::device::self_check_gpu(devices, progress)?)
+    Ok(ocelli_bench::self_check::self_check_gpu(devices, progress)?)
 }
 
 #[cfg(not(feature = "gpu"))]
@@ -710,7 +710,7 @@ fn gpu_self_check(
     _devices: &[usize],
     _progress: impl FnMut(&str),
 ) -> Result<ocelli_bench::self_check::SelfCheckReport, Box<dyn std::error::Error>> {
-    Err(ocelli_node::backend::BuildError::GpuNotBuilt.into())
+    Err(ocelli_node::matching::BuildError::GpuNotBuilt.into())
 }
 
 #[cfg(feature = "gpu")]
@@ -728,5 +728,5 @@ fn gpu_bench(
     _devices: &[usize],
     _progress: impl FnMut(&str),
 ) -> Result<ocelli_bench::device::DeviceBenchReport, Box<dyn std::error::Error>> {
-    Err(ocelli_node::backend::BuildError::GpuNotBuilt.into())
+    Err(ocelli_node::matching::BuildError::GpuNotBuilt.into())
 }

@@ -180,7 +180,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
     .iter()
     .map(crate::batch::plan::record_outcome)
     .collect();
-    // The fuzz finding: a request both run and listed as timed out (refused).
+    // A request both run and listed as timed out (refused).
     let mut repeated = recorded.clone();
     repeated.timed_out.push(BatchItem {
         request_id: repeated.request_ids[0].clone(),
@@ -188,7 +188,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
         reported_by: 0,
     });
 
-    // The fuzz finding: a replayed commit that also lists a request no node could open.
+    // A replayed commit that also lists a request no node could open.
     let mut unopenable = recorded.clone();
     unopenable.unopenable.push(BatchItem {
         request_id: vec![0x0b; 16],

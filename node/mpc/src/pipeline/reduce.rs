@@ -3,7 +3,8 @@
 //! them into the per-request OR (privacy-max), and folding the mirrored pairs into the
 //! per-request mirror OR, which is never opened per pair.
 
-use super::{Against, MatchResult, PassInputs, PipelineConfig, PipelineRequest};
+use super::plan::{Against, Pair};
+use super::{MatchResult, PassInputs, PipelineConfig, PipelineRequest};
 use crate::bits::{plane_to_bits, words_for};
 use crate::circuit::{Circuit, SharedBits};
 use crate::compare::{or, or_blocks};
@@ -29,19 +30,19 @@ pub(super) fn run_pass<C: Circuit>(
     let both = circuit.and(&left, &right)?;
     // OR rule: l ^ r ^ (l & r); the rule is public per pair, so masking is local.
     let mut policy = vec![0u64; w];
-    for (p, &(j, against)) in pass.pairs.iter().enumerate() {
-        if requests[j].or_rule(against) {
+    for (p, pair) in pass.pairs.iter().enumerate() {
+        if requests[pair.request].or_rule(pair.against) {
             policy[p / 64] |= 1 << (p % 64);
         }
     }
     let person = both.xor(&left.xor(&right).and_public(&policy));
     let mirrored = |a: Against| matches!(a, Against::Mirror);
-    let has_mirror = pass.pairs.iter().any(|&(_, a)| mirrored(a));
+    let has_mirror = pass.pairs.iter().any(|pair| mirrored(pair.against));
 
     if !config.privacy_max {
         // Open the plain pairs only; mirrored pairs stay shared.
         let plain: Vec<usize> = (0..pass.pairs.len())
-            .filter(|&p| !mirrored(pass.pairs[p].1))
+            .filter(|&p| !mirrored(pass.pairs[p].against))
             .collect();
         if !plain.is_empty() {
             let to_open = if has_mirror {
@@ -52,7 +53,10 @@ pub(super) fn run_pass<C: Circuit>(
             let opened = circuit.open(&to_open)?;
             for (i, bit) in plane_to_bits(&opened, plain.len()).into_iter().enumerate() {
                 if bit {
-                    let (j, against) = pass.pairs[plain[i]];
+                    let Pair {
+                        request: j,
+                        against,
+                    } = pass.pairs[plain[i]];
                     results[j].any = true;
                     match against {
                         Against::Entry(d) => results[j].entries.push(d),
@@ -70,7 +74,14 @@ pub(super) fn run_pass<C: Circuit>(
         let width = 2 * rw * 64;
         let mut slots_of = vec![0usize; 2 * rw * 64];
         let mut slot_pairs: Vec<Vec<Option<usize>>> = Vec::new();
-        for (p, &(j, against)) in pass.pairs.iter().enumerate() {
+        for (
+            p,
+            &Pair {
+                request: j,
+                against,
+            },
+        ) in pass.pairs.iter().enumerate()
+        {
             let at = if mirrored(against) {
                 rw * 64 + j
             } else if config.privacy_max {

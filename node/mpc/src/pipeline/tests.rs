@@ -445,18 +445,18 @@ fn a_span_of_passes_equals_its_passes_one_call_each() {
     let engine = RowBackend(Reference);
     let queries =
         QueryMatrix::new(PartyId::ALL[1], &[(&query, false), (&query, true)]).prepare_all(&engine);
-    let scanning = [(0, false), (0, true)];
+    let mut request = PipelineRequest::against_database(&query);
+    request.rules.mirror = true;
+    let plan = BatchPlan::new(
+        &[request],
+        db.len(),
+        &PipelineConfig::with_threshold(DEFAULT_THRESHOLD),
+    );
     let passes = [0..4, 4..8, 8..11];
-    let span = database_span(&engine, &db, &scanning, &queries, &passes);
+    let span = database_span(&engine, &db, &plan, &queries, &passes);
     assert_eq!(span.len(), passes.len());
     for (together, rows) in span.iter().zip(&passes) {
-        let alone = database_span(
-            &engine,
-            &db,
-            &scanning,
-            &queries,
-            std::slice::from_ref(rows),
-        );
+        let alone = database_span(&engine, &db, &plan, &queries, std::slice::from_ref(rows));
         let [alone] = &alone[..] else {
             panic!("one pass");
         };
