@@ -15,7 +15,8 @@ use ocelli_mpc::network::ChannelTransport;
 use ocelli_mpc::pipeline::{self, PipelineConfig};
 use ocelli_mpc::randomness::{CorrelatedRandomness, KeyAgreementError, PairKeyExchange};
 use ocelli_mpc::requests::{
-    comparisons, needs_mpc, outcomes, pipeline_requests, MatchRules, PublicRequest,
+    comparisons, mark_malformed, needs_mpc, outcomes, pipeline_requests, refuse_malformed,
+    stores_shares, MatchRules, PublicRequest,
 };
 use ocelli_mpc::session::Session;
 use ocelli_mpc::{DotEngine, EngineError};
@@ -228,8 +229,8 @@ impl BatchEvaluator for MpcEvaluator {
             .iter()
             .map(|r| r.shares.to_party_shares())
             .collect();
-        let pipeline_requests = pipeline_requests(&public, &shares, db.rows(), &self.rules);
-        if !needs_mpc(&pipeline_requests) {
+        let mut pipeline_requests = pipeline_requests(&public, &shares, db.rows(), &self.rules);
+        if !needs_mpc(&pipeline_requests) && !public.iter().any(stores_shares) {
             let results = vec![Default::default(); requests.len()];
             return Ok(outcomes(&public, &pipeline_requests, results, db.rows()));
         }
@@ -246,6 +247,7 @@ impl BatchEvaluator for MpcEvaluator {
             self.round_timeout,
         );
         let mut session = Session::new(self.party, &mut transport, &mut randomness);
+        let refused = check_shares(&mut session, ctx, &public, &mut pipeline_requests)?;
         let results = pipeline::evaluate_batch(
             &mut session,
             self.engine.as_ref(),
@@ -268,6 +270,45 @@ impl BatchEvaluator for MpcEvaluator {
             seconds = started.elapsed().as_secs_f64(),
             "matching pipeline done"
         );
-        Ok(outcomes(&public, &pipeline_requests, results, db.rows()))
+        let mut outcomes = outcomes(&public, &pipeline_requests, results, db.rows());
+        mark_malformed(&mut outcomes, &refused);
+        Ok(outcomes)
     }
+}
+
+/// Refuses the requests whose shares would be stored but do not encode iris templates
+/// (docs/threat-model.md): a compromised orb could otherwise enrol or reset a serial to an
+/// "iris" that matches almost every later query. Runs before matching, on the batch's session.
+fn check_shares<T: ocelli_mpc::Transport>(
+    session: &mut Session<'_, T>,
+    ctx: &EvalContext<'_>,
+    public: &[PublicRequest],
+    pipeline_requests: &mut [ocelli_mpc::pipeline::PipelineRequest<'_>],
+) -> Result<Vec<bool>, EvalError> {
+    let started = std::time::Instant::now();
+    let before = session.traffic();
+    let refused = refuse_malformed(session, public, pipeline_requests).map_err(|source| {
+        EvalError::Network {
+            batch_id: ctx.batch_id,
+            source,
+        }
+    })?;
+    let after = session.traffic();
+    let count = refused.iter().filter(|&&r| r).count();
+    if count > 0 {
+        tracing::warn!(
+            batch_id = ctx.batch_id,
+            refused = count,
+            "malformed shares refused"
+        );
+    }
+    tracing::info!(
+        batch_id = ctx.batch_id,
+        checked = public.iter().filter(|r| stores_shares(r)).count(),
+        rounds = after.rounds - before.rounds,
+        bytes_sent = after.bytes_sent - before.bytes_sent,
+        seconds = started.elapsed().as_secs_f64(),
+        "well-formedness check done"
+    );
+    Ok(refused)
 }

@@ -234,6 +234,14 @@ pub(crate) fn plan(
         use RequestType as T;
         match (req.request_type, outcome) {
             (_, Outcome::NotEvaluated) => r.detail = NOT_EVALUATED_DETAIL.to_owned(),
+            (T::Uniqueness | T::Reset, Outcome::Malformed) => {
+                if req.request_type == T::Reset {
+                    r.serial_id = target.0;
+                }
+                r.status = ResultStatus::MalformedShares as i32;
+                r.detail =
+                    "the shares do not encode iris templates; refused, nothing stored".to_owned();
+            }
             (T::Uniqueness, Outcome::Unique) => {
                 let s = SerialId(next_serial);
                 next_serial += 1;
@@ -389,6 +397,7 @@ pub(crate) fn record_outcome(o: &Outcome) -> RecordedOutcome {
         Outcome::Reauth(true) => (Kind::ReauthMatch, &[], &[]),
         Outcome::Reauth(false) => (Kind::ReauthNoMatch, &[], &[]),
         Outcome::Apply => (Kind::Apply, &[], &[]),
+        Outcome::Malformed => (Kind::Malformed, &[], &[]),
     };
     RecordedOutcome {
         kind: kind as i32,
@@ -420,6 +429,7 @@ pub(crate) fn outcome_from_record(r: &RecordedOutcome) -> Outcome {
         Kind::ReauthMatch => Outcome::Reauth(true),
         Kind::ReauthNoMatch => Outcome::Reauth(false),
         Kind::Apply => Outcome::Apply,
+        Kind::Malformed => Outcome::Malformed,
         Kind::NotEvaluated | Kind::Unspecified => Outcome::NotEvaluated,
     }
 }
