@@ -515,6 +515,31 @@ mod tests {
         assert!(check_commit(&c, &meta).is_ok());
     }
 
+    /// A node catching up applies the outcomes recorded in the batch log: a refused request
+    /// must stay refused there.
+    #[test]
+    fn every_outcome_survives_its_record() {
+        for o in [
+            Outcome::NotEvaluated,
+            Outcome::Unique,
+            Outcome::Match {
+                entries: vec![SerialId(3)],
+                earlier: vec![1],
+            },
+            Outcome::MirrorAttack {
+                matched: false,
+                entries: Vec::new(),
+                earlier: Vec::new(),
+            },
+            Outcome::Reauth(true),
+            Outcome::Reauth(false),
+            Outcome::Apply,
+            Outcome::Malformed,
+        ] {
+            assert_eq!(outcome_from_record(&record_outcome(&o)), o);
+        }
+    }
+
     #[test]
     fn items_are_checked_against_this_nodes_evidence() {
         let (recent, old, other) = ([1; 16], [2; 16], [3; 16]);
