@@ -17,7 +17,8 @@ use ocelli_mpc::network::ChannelTransport;
 use ocelli_mpc::pipeline::{self, PipelineConfig};
 use ocelli_mpc::randomness::{CorrelatedRandomness, KeyAgreementError, PairKeyExchange};
 use ocelli_mpc::requests::{
-    comparisons, needs_mpc, outcomes, pipeline_requests, MatchRules, PublicRequest,
+    comparisons, mark_malformed, needs_mpc, outcomes, pipeline_requests, refuse_malformed,
+    shares_checked, MatchRules, PublicRequest,
 };
 use ocelli_mpc::session::Session;
 use ocelli_mpc::Backend;
@@ -284,8 +285,8 @@ impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
             .iter()
             .map(|r| r.shares.to_party_shares())
             .collect();
-        let pipeline_requests = pipeline_requests(&public, &shares, db.rows(), &self.rules);
-        if !needs_mpc(&pipeline_requests) {
+        let mut pipeline_requests = pipeline_requests(&public, &shares, db.rows(), &self.rules);
+        if !needs_mpc(&pipeline_requests) && !public.iter().any(shares_checked) {
             let results = vec![Default::default(); requests.len()];
             return Ok(outcomes(&public, &pipeline_requests, results, db.rows()));
         }
@@ -302,6 +303,20 @@ impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
             self.round_timeout,
         );
         let mut session = Session::new(self.party, &mut transport, &mut randomness);
+        let before = session.traffic();
+        let refused = check_shares(
+            &mut self.engine.circuit(&mut session),
+            ctx,
+            &public,
+            &mut pipeline_requests,
+        )?;
+        let checked = session.traffic();
+        tracing::info!(
+            batch_id = ctx.batch_id,
+            rounds = checked.rounds - before.rounds,
+            bytes_sent = checked.bytes_sent - before.bytes_sent,
+            "well-formedness check sent"
+        );
         let results = pipeline::evaluate_batch(
             &mut session,
             &self.engine,
@@ -324,6 +339,42 @@ impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
             seconds = started.elapsed().as_secs_f64(),
             "matching pipeline done"
         );
-        Ok(outcomes(&public, &pipeline_requests, results, db.rows()))
+        let mut outcomes = outcomes(&public, &pipeline_requests, results, db.rows());
+        mark_malformed(&mut outcomes, &refused);
+        Ok(outcomes)
     }
+}
+
+/// Refuses the requests whose shares do not encode iris templates (docs/threat-model.md): a
+/// compromised orb could otherwise enrol or reset a serial to an "iris" that matches almost
+/// every later query, or re-authenticate as any serial. Runs before matching, on the backend's
+/// circuit over the batch's session.
+fn check_shares<C: ocelli_mpc::circuit::Circuit>(
+    circuit: &mut C,
+    ctx: &EvalContext<'_>,
+    public: &[PublicRequest],
+    pipeline_requests: &mut [ocelli_mpc::pipeline::PipelineRequest<'_>],
+) -> Result<Vec<bool>, EvalError> {
+    let started = std::time::Instant::now();
+    let refused = refuse_malformed(circuit, public, pipeline_requests).map_err(|source| {
+        EvalError::Network {
+            batch_id: ctx.batch_id,
+            source,
+        }
+    })?;
+    let count = refused.iter().filter(|&&r| r).count();
+    if count > 0 {
+        tracing::warn!(
+            batch_id = ctx.batch_id,
+            refused = count,
+            "malformed shares refused"
+        );
+    }
+    tracing::info!(
+        batch_id = ctx.batch_id,
+        checked = public.iter().filter(|r| shares_checked(r)).count(),
+        seconds = started.elapsed().as_secs_f64(),
+        "well-formedness check done"
+    );
+    Ok(refused)
 }

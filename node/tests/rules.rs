@@ -1,11 +1,12 @@
-//! Mirror-attack detection and the lookback OR rule end to end through three real nodes
-//! (mutual TLS, redb stores, the MPC pipeline over the node-to-node streams), with synthetic
-//! irises whose truth is known.
+//! Mirror-attack detection, the lookback OR rule and the refusal of malformed shares end to
+//! end through three real nodes (mutual TLS, redb stores, the MPC pipeline over the
+//! node-to-node streams), with synthetic irises whose truth is known.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "support/cluster.rs"]
 mod cluster;
 
+use std::path::Path;
 use std::time::Duration;
 
 use ocelli_mpc::synthetic;
@@ -13,8 +14,12 @@ use ocelli_node::cluster::{Deployment, LocalCluster, Orb};
 use ocelli_node::node::now_ms;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{OsRng, SeedableRng};
-use sdk_orb::envelope::RequestMeta;
-use sdk_orb::{IrisTemplate, RequestId, RequestType};
+use sdk_orb::envelope::{
+    encode_payload, envelope_len, hazmat_seal_plaintexts, payload_len, RequestMeta,
+};
+use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
+use sdk_orb::shamir::share_with_sink;
+use sdk_orb::{IrisTemplate, PartyId, PartyShares, RequestId, RequestType, CODE_COEFS, MASK_COEFS};
 use shared_proto::v1::{NodeResult, ResultStatus};
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -78,6 +83,199 @@ fn mirrored_recapture(rng: &mut ChaCha20Rng, p: &Person) -> Person {
 /// `p`'s left eye captured again, the right eye someone else's.
 fn one_eye_replaced(rng: &mut ChaCha20Rng, p: &Person) -> Person {
     (synthetic::recapture(rng, &p.0).0, synthetic::eye(rng))
+}
+
+/// What a compromised orb can send: a valid sharing of both eyes with code value 2^15 at one
+/// coefficient and a zero mask. Enrolled, it matches almost every query (docs/threat-model.md).
+/// Sealed with the deployment's orb key in `dir`.
+fn malformed_envelope(dir: &Path, meta: &RequestMeta) -> Res<Vec<u8>> {
+    let mut code = vec![0u16; CODE_COEFS];
+    code[0] = 1 << 15;
+    let mask = vec![0u16; MASK_COEFS];
+    let mut shares = vec![PartyShares::zero(); 3];
+    for eye in 0..2 {
+        share_with_sink(&mut OsRng, &code, |i, s| {
+            for (o, s) in shares.iter_mut().zip(s) {
+                let e = if eye == 0 { &mut o.left } else { &mut o.right };
+                e.code.coefs_mut()[4 * i..4 * i + 4].copy_from_slice(&s.0);
+            }
+        });
+        share_with_sink(&mut OsRng, &mask, |i, s| {
+            for (o, s) in shares.iter_mut().zip(s) {
+                let e = if eye == 0 { &mut o.left } else { &mut o.right };
+                e.mask.coefs_mut()[4 * i..4 * i + 4].copy_from_slice(&s.0);
+            }
+        });
+    }
+    let mut payloads = Vec::new();
+    for party in PartyId::ALL {
+        let mut buf = vec![0u8; payload_len(party)];
+        encode_payload(party, &meta.request_id, &shares[party.index()], &mut buf)?;
+        payloads.push(buf);
+    }
+    let keys = dir.join("keys");
+    let seed = ocelli_node::keys::read_key32(&keys.join("orb/orb-signing.key"))?;
+    let orb = OrbSigningKey::from_bytes(&seed);
+    let bundle: [u8; 96] = std::fs::read(keys.join("node-public-keys.bin"))?
+        .try_into()
+        .map_err(|_| "node-public-keys.bin is not 96 bytes")?;
+    let nodes = NodePublicKeys::from_bytes(&bundle).map_err(|e| e.to_string())?;
+    let mut out = vec![0u8; envelope_len(meta)];
+    let n = hazmat_seal_plaintexts(
+        &mut OsRng,
+        meta,
+        [&payloads[0], &payloads[1], &payloads[2]],
+        &nodes,
+        &orb,
+        &mut out,
+    )?;
+    out.truncate(n);
+    Ok(out)
+}
+
+async fn ask_malformed(dir: &Path, orb: &Orb, meta: &RequestMeta) -> Res<NodeResult> {
+    orb.submit(&malformed_envelope(dir, meta)?).await?;
+    orb.result(&meta.request_id, Duration::from_secs(300)).await
+}
+
+/// Asks for every person at once (a few batches).
+async fn ask_all(orb: &Orb, t: RequestType, people: &[Person]) -> Res<Vec<NodeResult>> {
+    futures::future::join_all(people.iter().map(|p| ask(orb, t, p)))
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// A malformed reset and a malformed re-authentication of serial 1 are refused; newcomers
+/// still enrol and serial 1 still re-authenticates with its own iris.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn malformed_reset_is_refused() -> Res {
+    let dir = tempfile::tempdir()?;
+    let tweak = |t: &mut toml::Table| matching(t, "threshold", 0.345.into());
+    let (deployment, listeners) = Deployment::open_or_create(dir.path(), &tweak).await?;
+    let cluster = LocalCluster::start(&deployment, listeners).await?;
+    let orb = deployment.orb()?;
+    let mut rng = ChaCha20Rng::seed_from_u64(54);
+    use RequestType as T;
+    use ResultStatus as S;
+
+    let people: Vec<Person> = (0..20).map(|_| person(&mut rng)).collect();
+    let results = ask_all(&orb, T::Uniqueness, &people).await?;
+    assert!(results.iter().all(|r| status(r) == S::UniqueEnrolled));
+    let first = results
+        .iter()
+        .position(|r| r.serial_id == 1)
+        .ok_or("no serial 1")?;
+
+    // A reset alone in its batch: nothing to match, but its shares are checked.
+    let reset = RequestMeta {
+        serial_id: 1,
+        ..meta(T::Reset)
+    };
+    let r = ask_malformed(dir.path(), &orb, &reset).await?;
+    assert_eq!(status(&r), S::MalformedShares, "{}", r.detail);
+    assert_eq!(r.serial_id, 1);
+    // The same shares as a re-authentication would match serial 1 whatever its iris.
+    let reauth = RequestMeta {
+        serial_id: 1,
+        ..meta(T::Reauth)
+    };
+    let r = ask_malformed(dir.path(), &orb, &reauth).await?;
+    assert_eq!(status(&r), S::MalformedShares, "{}", r.detail);
+
+    let newcomers: Vec<Person> = (0..10).map(|_| person(&mut rng)).collect();
+    for r in ask_all(&orb, T::Uniqueness, &newcomers).await? {
+        assert_eq!(status(&r), S::UniqueEnrolled, "{}", r.detail);
+    }
+    assert_eq!(cluster.states()[0].shares().len(), 30);
+
+    // Serial 1 still holds its own shares.
+    let reauth = |p: Person| {
+        let orb = &orb;
+        async move {
+            let m = RequestMeta {
+                serial_id: 1,
+                ..meta(T::Reauth)
+            };
+            orb.submit(&orb.envelope(&mut OsRng, &m, &p.0, &p.1)?)
+                .await?;
+            Res::Ok(status(
+                &orb.result(&m.request_id, Duration::from_secs(300)).await?,
+            ))
+        }
+    };
+    assert_eq!(
+        reauth(recapture(&mut rng, &people[first])).await?,
+        S::ReauthMatch
+    );
+    assert_eq!(reauth(person(&mut rng)).await?, S::ReauthNoMatch);
+    cluster.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_well_formed_reset_applies_and_a_malformed_enrolment_is_refused() -> Res {
+    let dir = tempfile::tempdir()?;
+    let tweak = |t: &mut toml::Table| matching(t, "threshold", 0.345.into());
+    let (deployment, listeners) = Deployment::open_or_create(dir.path(), &tweak).await?;
+    let cluster = LocalCluster::start(&deployment, listeners).await?;
+    let orb = deployment.orb()?;
+    let mut rng = ChaCha20Rng::seed_from_u64(55);
+    use RequestType as T;
+    use ResultStatus as S;
+
+    let (a, b, c) = (person(&mut rng), person(&mut rng), person(&mut rng));
+    for p in [&a, &b] {
+        assert_eq!(
+            status(&ask(&orb, T::Uniqueness, p).await?),
+            S::UniqueEnrolled
+        );
+    }
+    let enrolled = || cluster.states()[0].shares().len();
+
+    // Serial 1 (a) reset to c's irises: re-authentication then knows c, not a.
+    let as_serial_1 = |t: RequestType| RequestMeta {
+        serial_id: 1,
+        ..meta(t)
+    };
+    let m = as_serial_1(T::Reset);
+    orb.submit(&orb.envelope(&mut OsRng, &m, &c.0, &c.1)?)
+        .await?;
+    let r = orb.result(&m.request_id, Duration::from_secs(300)).await?;
+    assert_eq!((status(&r), r.serial_id), (S::Reset, 1), "{}", r.detail);
+    for (p, want) in [(&c, S::ReauthMatch), (&a, S::ReauthNoMatch)] {
+        let m = as_serial_1(T::Reauth);
+        let p = recapture(&mut rng, p);
+        orb.submit(&orb.envelope(&mut OsRng, &m, &p.0, &p.1)?)
+            .await?;
+        let r = orb.result(&m.request_id, Duration::from_secs(300)).await?;
+        assert_eq!(status(&r), want, "{}", r.detail);
+    }
+
+    // A crafted enrolment is refused and not enrolled; it is no candidate for the batch's
+    // later requests either.
+    let m = meta(T::Uniqueness);
+    let envelope = malformed_envelope(dir.path(), &m)?;
+    let d = person(&mut rng);
+    let after = meta(T::Uniqueness);
+    let d_envelope = orb.envelope(&mut OsRng, &after, &d.0, &d.1)?;
+    orb.submit(&envelope).await?;
+    orb.submit(&d_envelope).await?;
+    let r = orb.result(&m.request_id, Duration::from_secs(300)).await?;
+    assert_eq!(
+        (status(&r), r.serial_id),
+        (S::MalformedShares, 0),
+        "{}",
+        r.detail
+    );
+    let r = orb
+        .result(&after.request_id, Duration::from_secs(300))
+        .await?;
+    assert_eq!(status(&r), S::UniqueEnrolled, "{}", r.detail);
+    assert_eq!(enrolled(), 3);
+    let r = ask(&orb, T::Uniqueness, &person(&mut rng)).await?;
+    assert_eq!(status(&r), S::UniqueEnrolled, "{}", r.detail);
+    assert_eq!(enrolled(), 4);
+    cluster.shutdown().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

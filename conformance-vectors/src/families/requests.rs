@@ -142,6 +142,7 @@ fn outcome_of(o: &NodeOutcome) -> Result<Outcome, String> {
         NodeOutcome::NotEvaluated => return Err("the node did not evaluate a request".into()),
         // The vectors pin the plain rules; mirror detection is off in their replay.
         NodeOutcome::MirrorAttack { .. } => return Err("mirror detection is off here".into()),
+        NodeOutcome::Malformed => return Err("the vectors hold well-formed shares only".into()),
     })
 }
 

@@ -7,8 +7,11 @@ use sdk_orb::rotation::ROTATION_COUNT;
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::RequestType;
 
+use crate::circuit::Circuit;
 use crate::db::MatchDb;
+use crate::network::NetworkError;
 use crate::pipeline::{MatchResult, PairRules, PipelineRequest, Target};
+use crate::wellformed::well_formed;
 
 /// An enrolment serial id (assigned identically by the three nodes, from 1).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -66,6 +69,9 @@ pub enum Outcome {
     Reauth(bool),
     /// Carry out a deletion or reset.
     Apply,
+    /// The shares do not encode iris templates ([`crate::wellformed`]): refused, nothing is
+    /// stored.
+    Malformed,
 }
 
 /// The pair rules of a uniqueness request or check: mirror detection, the lookback window
@@ -177,8 +183,68 @@ pub fn outcomes(
         .collect()
 }
 
+/// Whether a request's shares are checked with [`refuse_malformed`] before anything uses them:
+/// those that may be stored (a uniqueness request may enrol, a reset replaces its serial's
+/// shares) and those whose match is a credential (a re-authentication: malformed shares would
+/// match the serial they name whatever its iris).
+pub fn shares_checked(r: &PublicRequest) -> bool {
+    matches!(
+        r.request_type,
+        RequestType::Uniqueness | RequestType::Reset | RequestType::Reauth
+    )
+}
+
+/// Runs the well-formedness check ([`well_formed`]) on the shares of every request that
+/// [`shares_checked`], in batch order, and neutralises each request that fails: matched against
+/// nothing, no enrolment candidate. Returns which requests were refused; [`mark_malformed`]
+/// gives them their outcome. Every party calls it with the same requests, so all run the same
+/// rounds and refuse the same requests. Runs no round when no request stores shares.
+///
+/// # Errors
+/// Transport failures; then no result of the batch may be used.
+pub fn refuse_malformed<C: Circuit>(
+    circuit: &mut C,
+    requests: &[PublicRequest],
+    pipeline_requests: &mut [PipelineRequest<'_>],
+) -> Result<Vec<bool>, NetworkError> {
+    assert_eq!(requests.len(), pipeline_requests.len());
+    let checked: Vec<usize> = (0..requests.len())
+        .filter(|&j| shares_checked(&requests[j]))
+        .collect();
+    let people: Vec<&PartyShares> = checked
+        .iter()
+        .map(|&j| pipeline_requests[j].shares)
+        .collect();
+    let passed = well_formed(circuit, &people)?;
+    let mut refused = vec![false; requests.len()];
+    for (&j, ok) in checked.iter().zip(passed) {
+        if !ok {
+            refused[j] = true;
+            let p = &mut pipeline_requests[j];
+            p.target = Target::Nothing;
+            p.against_earlier = false;
+            p.candidate = false;
+        }
+    }
+    Ok(refused)
+}
+
+/// Replaces the outcome of every request [`refuse_malformed`] refused with
+/// [`Outcome::Malformed`].
+///
+/// # Panics
+/// If the two lists differ in length.
+pub fn mark_malformed(outcomes: &mut [Outcome], refused: &[bool]) {
+    assert_eq!(outcomes.len(), refused.len());
+    for (o, &r) in outcomes.iter_mut().zip(refused) {
+        if r {
+            *o = Outcome::Malformed;
+        }
+    }
+}
+
 /// Whether any request of the batch needs the comparison phase (otherwise the parties need
-/// not open a session).
+/// not open a session, unless a request [`shares_checked`] and must be checked).
 pub fn needs_mpc(requests: &[PipelineRequest<'_>]) -> bool {
     requests
         .iter()

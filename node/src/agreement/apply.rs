@@ -562,6 +562,7 @@ pub fn status_label(status: i32) -> &'static str {
         Ok(ResultStatus::DigestMismatch) => "digest_mismatch",
         Ok(ResultStatus::Unopenable) => "unopenable",
         Ok(ResultStatus::MirrorAttack) => "mirror_attack",
+        Ok(ResultStatus::MalformedShares) => "malformed_shares",
         _ => "unspecified",
     }
 }

@@ -234,6 +234,14 @@ pub(crate) fn plan(
         use RequestType as T;
         match (req.request_type, outcome) {
             (_, Outcome::NotEvaluated) => r.detail = NOT_EVALUATED_DETAIL.to_owned(),
+            (T::Uniqueness | T::Reset, Outcome::Malformed) => {
+                if req.request_type == T::Reset {
+                    r.serial_id = target.0;
+                }
+                r.status = ResultStatus::MalformedShares as i32;
+                r.detail =
+                    "the shares do not encode iris templates; refused, nothing stored".to_owned();
+            }
             (T::Uniqueness, Outcome::Unique) => {
                 let s = SerialId(next_serial);
                 next_serial += 1;
@@ -389,6 +397,7 @@ pub(crate) fn record_outcome(o: &Outcome) -> RecordedOutcome {
         Outcome::Reauth(true) => (Kind::ReauthMatch, &[], &[]),
         Outcome::Reauth(false) => (Kind::ReauthNoMatch, &[], &[]),
         Outcome::Apply => (Kind::Apply, &[], &[]),
+        Outcome::Malformed => (Kind::Malformed, &[], &[]),
     };
     RecordedOutcome {
         kind: kind as i32,
@@ -420,6 +429,7 @@ pub(crate) fn outcome_from_record(r: &RecordedOutcome) -> Outcome {
         Kind::ReauthMatch => Outcome::Reauth(true),
         Kind::ReauthNoMatch => Outcome::Reauth(false),
         Kind::Apply => Outcome::Apply,
+        Kind::Malformed => Outcome::Malformed,
         Kind::NotEvaluated | Kind::Unspecified => Outcome::NotEvaluated,
     }
 }
@@ -503,6 +513,31 @@ mod tests {
         let mut c = commit(&[a], &[]);
         c.request_ids.extend([vec![1, 2], vec![1, 2]]);
         assert!(check_commit(&c, &meta).is_ok());
+    }
+
+    /// A node catching up applies the outcomes recorded in the batch log: a refused request
+    /// must stay refused there.
+    #[test]
+    fn every_outcome_survives_its_record() {
+        for o in [
+            Outcome::NotEvaluated,
+            Outcome::Unique,
+            Outcome::Match {
+                entries: vec![SerialId(3)],
+                earlier: vec![1],
+            },
+            Outcome::MirrorAttack {
+                matched: false,
+                entries: Vec::new(),
+                earlier: Vec::new(),
+            },
+            Outcome::Reauth(true),
+            Outcome::Reauth(false),
+            Outcome::Apply,
+            Outcome::Malformed,
+        ] {
+            assert_eq!(outcome_from_record(&record_outcome(&o)), o);
+        }
     }
 
     #[test]
