@@ -234,8 +234,8 @@ pub(crate) fn plan(
         use RequestType as T;
         match (req.request_type, outcome) {
             (_, Outcome::NotEvaluated) => r.detail = NOT_EVALUATED_DETAIL.to_owned(),
-            (T::Uniqueness | T::Reset, Outcome::Malformed) => {
-                if req.request_type == T::Reset {
+            (T::Uniqueness | T::Reset | T::Reauth, Outcome::Malformed) => {
+                if req.request_type != T::Uniqueness {
                     r.serial_id = target.0;
                 }
                 r.status = ResultStatus::MalformedShares as i32;
