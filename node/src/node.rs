@@ -51,19 +51,27 @@ pub enum StartError {
     Listen(#[from] std::io::Error),
 }
 
-/// The store `config` names: redb in `data_dir`, or PostgreSQL where `store.url` is set.
+/// The store `config` names: redb in `data_dir`, or PostgreSQL where `store.url` is set,
+/// whose connections run on the caller's runtime. Call it from a blocking thread of that
+/// runtime (`spawn_blocking`), as every store method.
 ///
 /// # Errors
-/// The store cannot be opened.
+/// The store cannot be opened; PostgreSQL without a runtime.
 pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match &config.store.url {
         None => Arc::new(RedbStore::open(&config.data_dir)?),
-        Some(url) => Arc::new(PgStore::open(&PgOptions {
-            url: url.clone(),
-            schema: config.store.schema.clone(),
-            pool_size: config.store.pool_size,
-            tls: config.store.pg_tls(),
-        })?),
+        Some(url) => {
+            let rt = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+            Arc::new(PgStore::open(
+                &PgOptions {
+                    url: url.clone(),
+                    schema: config.store.schema.clone(),
+                    pool_size: config.store.pool_size,
+                    tls: config.store.pg_tls(),
+                },
+                rt,
+            )?)
+        }
     })
 }
 
@@ -282,6 +290,25 @@ impl NodeState {
     /// Shutting down.
     pub fn is_draining(&self) -> bool {
         *self.draining.borrow()
+    }
+
+    /// Runs `f`, which calls the store, on a blocking thread: store calls block (the
+    /// PostgreSQL store waits on the runtime there), so an async task makes them only here.
+    ///
+    /// # Errors
+    /// What `f` returns; [`StoreError::Unfinished`] where its task panicked or was cancelled.
+    pub async fn store_call<T, E>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&NodeState) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || f(&state))
+            .await
+            .map_err(|e| E::from(StoreError::Unfinished(e.to_string())))?
     }
 
     /// Completes once the node is shutting down.

@@ -66,7 +66,10 @@ impl PeerService for PeerApi {
         if self.state.party == 0 {
             return Err(Status::failed_precondition("party 0 does not vote"));
         }
-        coordinator::vote(&self.state, request.get_ref())
+        let proposal = request.into_inner();
+        self.state
+            .store_call(move |s| coordinator::vote(s, &proposal))
+            .await
             .map(Response::new)
             .map_err(|e| Status::internal(e.to_string()))
     }
@@ -131,8 +134,8 @@ impl PeerService for PeerApi {
         let id = request.get_ref().batch_id;
         let b = self
             .state
-            .store
-            .batch(id)
+            .store_call(move |s| s.store.batch(id))
+            .await
             .map_err(|e| Status::internal(e.to_string()))?
             .ok_or_else(|| Status::not_found(format!("batch {id} is not in the batch log")))?;
         let commit = <BatchCommit as prost::Message>::decode(b.commit.as_slice())

@@ -316,16 +316,21 @@ impl Cluster {
             .expect("seal")
     }
 
+    // Store calls block (a PostgreSQL store waits on the runtime): off the async worker.
     pub fn fingerprints(&self) -> Vec<[u8; 32]> {
-        (0..3)
-            .map(|i| self.state(i).store().fingerprint().expect("fingerprint"))
-            .collect()
+        tokio::task::block_in_place(|| {
+            (0..3)
+                .map(|i| self.state(i).store().fingerprint().expect("fingerprint"))
+                .collect()
+        })
     }
 
     pub fn summaries(&self) -> Vec<StoreSummary> {
-        (0..3)
-            .map(|i| self.state(i).store().summary().expect("summary"))
-            .collect()
+        tokio::task::block_in_place(|| {
+            (0..3)
+                .map(|i| self.state(i).store().summary().expect("summary"))
+                .collect()
+        })
     }
 
     /// Asserts that the three stores hold the same requests, results and entries, and
