@@ -39,7 +39,7 @@ use tokio_stream::StreamExt;
 /// link in one frame.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn largest_pass_fits_messages() -> Res {
-    let mut cfg = NodeConfig::from_toml(&sample_config(0, 1))?;
+    let mut cfg = NodeConfig::from_toml(&sample_config(0, 1)?)?;
     cfg.matching.max_pass_comparisons = 16_777_216;
     match cfg.validate() {
         Err(ConfigError::PassTooLarge { allowed, .. }) => {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ocelli_node::batch::BatchEvaluator;
 use ocelli_node::client::OrbClient;
 use ocelli_node::config::NodeConfig;
-use ocelli_node::keys::{keygen, read_key32, sample_config, KeygenOptions, KeygenOutput};
+use ocelli_node::keys::{keygen, read_key32, sample_node_config, KeygenOptions, KeygenOutput};
 use ocelli_node::node::{now_ms, NodeState};
 use ocelli_node::server::{self, Listeners};
 use ocelli_node::store::StoreSummary;
@@ -82,7 +82,7 @@ pub fn configs_for(
     let run = rand::random::<u64>();
     let mut configs = Vec::new();
     for party in 0u8..3 {
-        let mut c = NodeConfig::from_toml(&sample_config(party, 1))?;
+        let mut c = sample_node_config(party, 1);
         c.resolve_paths(&keys.dir);
         c.data_dir = dir.join(format!("data{party}"));
         let (o, p, m) = addrs[party as usize];
