@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use self::orb::{health, OrbApi, MAX_STREAM_IDS};
+#[cfg(feature = "fuzzing")]
 pub(crate) use self::orb::{parse_id, parse_ids};
 pub use self::peer::PeerApi;
 use crate::agreement::coordinator;
