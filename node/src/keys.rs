@@ -430,7 +430,7 @@ pub fn read_allow_list(path: &Path) -> Result<Vec<ed25519_dalek::VerifyingKey>, 
 /// The Ed25519 key a node signs its results with.
 pub struct ResultSigner {
     key: ed25519_dalek::SigningKey,
-    party: u8,
+    party: sdk_orb::PartyId,
 }
 
 impl std::fmt::Debug for ResultSigner {
@@ -445,10 +445,10 @@ impl std::fmt::Debug for ResultSigner {
 pub const RESULT_SIGNING_CONTEXT: &[u8] = b"ocelli/v1/result";
 
 /// The bytes a result signature covers.
-pub fn result_signing_message(party: u8, result: &[u8]) -> Vec<u8> {
+pub fn result_signing_message(party: sdk_orb::PartyId, result: &[u8]) -> Vec<u8> {
     let mut m = Vec::with_capacity(RESULT_SIGNING_CONTEXT.len() + 1 + result.len());
     m.extend_from_slice(RESULT_SIGNING_CONTEXT);
-    m.push(party);
+    m.push(party.get());
     m.extend_from_slice(result);
     m
 }
@@ -457,17 +457,17 @@ pub fn result_signing_message(party: u8, result: &[u8]) -> Vec<u8> {
 pub const BATCH_SIGNING_CONTEXT: &[u8] = b"ocelli/v1/batch";
 
 /// The bytes a batch attestation covers.
-pub fn batch_signing_message(party: u8, digest: &[u8; 32]) -> Vec<u8> {
+pub fn batch_signing_message(party: sdk_orb::PartyId, digest: &[u8; 32]) -> Vec<u8> {
     let mut m = Vec::with_capacity(BATCH_SIGNING_CONTEXT.len() + 33);
     m.extend_from_slice(BATCH_SIGNING_CONTEXT);
-    m.push(party);
+    m.push(party.get());
     m.extend_from_slice(digest);
     m
 }
 
 impl ResultSigner {
     /// Wraps a 32-byte Ed25519 seed.
-    pub fn from_seed(seed: &[u8; 32], party: u8) -> Self {
+    pub fn from_seed(seed: &[u8; 32], party: sdk_orb::PartyId) -> Self {
         Self {
             key: ed25519_dalek::SigningKey::from_bytes(seed),
             party,
@@ -492,7 +492,7 @@ impl ResultSigner {
     }
 
     /// This signer's party.
-    pub fn party(&self) -> u8 {
+    pub fn party(&self) -> sdk_orb::PartyId {
         self.party
     }
 

@@ -87,7 +87,7 @@ pub async fn run(
 ) -> Result<(), StartError> {
     let tls = NodeTls::load(&state.config)?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let party = state.party;
+    let party = state.party.get();
     let (orb_addr, peer_addr, metrics_addr) = listeners.addrs()?;
 
     let limits = &state.config.connections;

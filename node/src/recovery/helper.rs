@@ -26,7 +26,7 @@ const CALLER_STALL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The recovering party `caller` names, if it may recover from this node at all.
 fn target_of(state: &NodeState, caller: u8) -> Result<PartyId, RecoveryError> {
-    if caller == state.party {
+    if caller == state.party.get() {
         return Err(RecoveryError::SelfRecovery);
     }
     PartyId::try_from(caller).map_err(|_| RecoveryError::SelfRecovery)
@@ -44,7 +44,7 @@ async fn admit(state: &Arc<NodeState>, target: u8, nonce: [u8; 32]) -> Result<()
         let path = allowance_path(&state.config);
         let a = state
             .recovery
-            .admit(&path, state.party, target, &nonce, now_ms())?;
+            .admit(&path, state.party.get(), target, &nonce, now_ms())?;
         tracing::info!(
             party = target,
             served = a.served,
@@ -77,7 +77,7 @@ pub async fn helper_stream(
     let nonce = nonce_of(&request.nonce)?;
     let target = target_of(&state, caller)?;
     let (low, high) = helpers_of(target);
-    let secret = if state.party == low.get() {
+    let secret = if state.party == low {
         admit(&state, caller, nonce).await?;
         let secret = PadSecret::random(&mut OsRng);
         offer_pad(&state, high.get(), caller, &nonce, &secret).await?;
@@ -87,7 +87,7 @@ pub async fn helper_stream(
         state.recovery.check_fresh(caller, &nonce)?;
         allowance::check(
             &allowance_path(&state.config),
-            state.party,
+            state.party.get(),
             caller,
             now_ms(),
         )?;
@@ -175,14 +175,14 @@ pub fn accept_pad(
         .ok()
         .and_then(|p| PartyId::try_from(p).ok())
         .ok_or(RecoveryError::NotLowHelper)?;
-    if helpers_of(target) != (pid(from)?, pid(state.party)?) {
+    if helpers_of(target) != (pid(from)?, state.party) {
         return Err(RecoveryError::NotLowHelper);
     }
     let nonce = nonce_of(&offer.nonce)?;
     let secret = PadSecret::try_from(offer.secret.as_slice())?;
     allowance::check(
         &allowance_path(&state.config),
-        state.party,
+        state.party.get(),
         target.get(),
         now_ms(),
     )?;
@@ -203,7 +203,7 @@ fn send_contributions(
     secret: &PadSecret,
     send: &dyn Fn(Result<RecoverChunk, RecoveryError>) -> bool,
 ) -> Result<(), RecoveryError> {
-    let me = PartyId::try_from(state.party).map_err(|_| RecoveryError::SelfRecovery)?;
+    let me = state.party;
     let meta = state.store.meta()?;
     let seed = pad_seed(
         target,

@@ -63,7 +63,7 @@ impl PeerService for PeerApi {
         request: Request<BatchProposal>,
     ) -> Result<Response<BatchVote>, Status> {
         self.require_party0(&request)?;
-        if self.state.party == 0 {
+        if self.state.party.get() == 0 {
             return Err(Status::failed_precondition("party 0 does not vote"));
         }
         let proposal = request.into_inner();
@@ -187,7 +187,7 @@ impl PeerService for PeerApi {
         // A configured peer's certificate only: strangers learn nothing, not even the party id.
         self.caller(&request)?;
         Ok(Response::new(PingResponse {
-            party_id: u32::from(self.state.party),
+            party_id: u32::from(self.state.party.get()),
         }))
     }
 }
