@@ -25,7 +25,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, Recycli
 use futures::{pin_mut, StreamExt};
 use prost::Message;
 use sha2::{Digest, Sha256};
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
@@ -340,6 +340,19 @@ fn pool(opts: &PgOptions, search_path: &str) -> Result<Pool, StoreError> {
         .map_err(be)
 }
 
+/// Waits for `fut` on `rt`. The service calls from blocking threads, where this is
+/// `Handle::block_on`; a call from an async task of a multi-thread runtime (a test body, a
+/// missed `spawn_blocking`) first hands that worker's other tasks off, so it blocks one task
+/// rather than panicking.
+fn wait_on<T>(rt: &Handle, fut: impl Future<Output = T>) -> T {
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| rt.block_on(fut))
+        }
+        _ => rt.block_on(fut),
+    }
+}
+
 /// A node's store in a PostgreSQL schema.
 pub struct PgStore {
     pool: Pool,
@@ -454,7 +467,7 @@ impl PgStore {
 
     /// Waits for `fut` on the service's runtime (the one sync/async seam).
     fn run<T>(&self, fut: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        self.rt.block_on(fut)
+        wait_on(&self.rt, fut)
     }
 
     /// A pooled connection.
@@ -1043,7 +1056,7 @@ async fn meta_of<C: tokio_postgres::GenericClient>(c: &C) -> Result<Meta, StoreE
 /// Unreachable server or bad schema name.
 pub fn drop_schema(opts: &PgOptions, rt: &Handle) -> Result<(), StoreError> {
     let pool = pool(opts, "public")?;
-    rt.block_on(async {
+    wait_on(rt, async {
         let c = pool.get().await.map_err(connect_err)?;
         c.batch_execute(&format!(
             "DROP SCHEMA IF EXISTS \"{}\" CASCADE",

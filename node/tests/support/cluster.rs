@@ -305,21 +305,16 @@ impl Cluster {
             .expect("seal")
     }
 
-    // Store calls block (a PostgreSQL store waits on the runtime): off the async worker.
     pub fn fingerprints(&self) -> Vec<[u8; 32]> {
-        tokio::task::block_in_place(|| {
-            (0..3)
-                .map(|i| self.state(i).store().fingerprint().expect("fingerprint"))
-                .collect()
-        })
+        (0..3)
+            .map(|i| self.state(i).store().fingerprint().expect("fingerprint"))
+            .collect()
     }
 
     pub fn summaries(&self) -> Vec<StoreSummary> {
-        tokio::task::block_in_place(|| {
-            (0..3)
-                .map(|i| self.state(i).store().summary().expect("summary"))
-                .collect()
-        })
+        (0..3)
+            .map(|i| self.state(i).store().summary().expect("summary"))
+            .collect()
     }
 
     /// Asserts that the three stores hold the same requests, results and entries, and
