@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use sdk_orb::PartyId;
 use shared_proto::v1::peer_service_server::PeerService;
 use shared_proto::v1::{
     BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote,
@@ -33,7 +34,7 @@ impl PeerApi {
         Self { state, certs }
     }
 
-    fn caller<T>(&self, req: &Request<T>) -> Result<u8, Status> {
+    fn caller<T>(&self, req: &Request<T>) -> Result<PartyId, Status> {
         let certs = crate::tls::client_certs(req)
             .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
         let first = certs
@@ -45,7 +46,7 @@ impl PeerApi {
     }
 
     fn require_party0<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        match self.caller(req)? {
+        match self.caller(req)?.get() {
             0 => Ok(()),
             p => Err(Status::permission_denied(format!(
                 "only party 0 coordinates batches; caller is party {p}"
@@ -150,8 +151,9 @@ impl PeerService for PeerApi {
         request: Request<RecoverRequest>,
     ) -> Result<Response<Self::RecoverSharesStream>, Status> {
         // The caller recovers its own shares only: its party id comes from its certificate.
-        let party = self.caller(&request)?;
-        let chunks = crate::recovery::helper_stream(self.state.clone(), party, request.get_ref())
+        let caller = self.caller(&request)?;
+        let party = caller.get();
+        let chunks = crate::recovery::helper_stream(self.state.clone(), caller, request.get_ref())
             .await
             .map_err(|e| {
                 tracing::warn!(party, error = %e, "recovery request refused");
@@ -177,7 +179,7 @@ impl PeerService for PeerApi {
         let from = self.caller(&request)?;
         let target = request.get_ref().target_party;
         crate::recovery::accept_pad(&self.state, from, request.get_ref()).map_err(|e| {
-            tracing::warn!(from, target, error = %e, "recovery pad refused");
+            tracing::warn!(from = from.get(), target, error = %e, "recovery pad refused");
             recovery_status(e)
         })?;
         Ok(Response::new(RecoveryPadAck {}))
