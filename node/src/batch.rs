@@ -244,11 +244,13 @@ impl BatchEvaluator for NotEvaluated {
 
 /// TESTS ONLY: declares every uniqueness request unique (and carries out
 /// deletions and resets) without computing anything, to exercise enrolment
-/// and serial id assignment. Never select it in a deployment; the binary
-/// cannot.
+/// and serial id assignment. Built only with the `test-support` feature, so
+/// a deployment build does not contain it.
+#[cfg(feature = "test-support")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DangerEnrolEverythingForTests;
 
+#[cfg(feature = "test-support")]
 impl BatchEvaluator for DangerEnrolEverythingForTests {
     fn name(&self) -> &'static str {
         "danger-enrol-everything-for-tests"

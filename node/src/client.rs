@@ -73,7 +73,10 @@ pub fn verify_result(
     signed: &SignedResult,
     key: &ed25519_dalek::VerifyingKey,
 ) -> Result<NodeResult, &'static str> {
-    let party = u8::try_from(signed.party_id).map_err(|_| "bad party id")?;
+    let party = u8::try_from(signed.party_id)
+        .ok()
+        .and_then(|p| sdk_orb::PartyId::try_from(p).ok())
+        .ok_or("bad party id")?;
     let sig =
         ed25519_dalek::Signature::from_slice(&signed.signature).map_err(|_| "bad signature")?;
     key.verify_strict(&result_signing_message(party, &signed.result), &sig)

@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::batch::BatchEvaluator;
 use crate::client::{agree, OrbClient};
 use crate::config::NodeConfig;
 use crate::keys::{keygen, read_key32, KeygenOptions};
@@ -155,15 +156,71 @@ impl Deployment {
     }
 }
 
-struct Running {
+/// One node serving in this process: what [`LocalCluster`] runs three of, and the tests'
+/// harness starts, stops and restarts one at a time.
+pub struct RunningNode {
     state: Arc<NodeState>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), StartError>>,
 }
 
+impl std::fmt::Debug for RunningNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningNode")
+            .field("party", &self.state.party)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunningNode {
+    /// Opens the node (store, shares; on a blocking thread) and serves it on `listeners`.
+    ///
+    /// # Errors
+    /// The node fails to open.
+    pub async fn start(
+        config: NodeConfig,
+        evaluator: Arc<dyn BatchEvaluator>,
+        listeners: Listeners,
+    ) -> Result<Self, ToolError> {
+        let state =
+            tokio::task::spawn_blocking(move || NodeState::open(config, evaluator)).await??;
+        Ok(Self::serve(state, listeners))
+    }
+
+    /// Serves an opened node on `listeners` until [`RunningNode::stop`].
+    pub fn serve(state: Arc<NodeState>, listeners: Listeners) -> Self {
+        let (stop, rx) = oneshot::channel();
+        let task = tokio::spawn(server::run(state.clone(), listeners, async move {
+            let _ = rx.await;
+        }));
+        Self { state, stop, task }
+    }
+
+    /// The node's state.
+    pub fn state(&self) -> &Arc<NodeState> {
+        &self.state
+    }
+
+    /// Tells the server to stop; the handle completes when it has.
+    pub fn halt(self) -> JoinHandle<Result<(), StartError>> {
+        let _ = self.stop.send(());
+        self.task
+    }
+
+    /// Stops the server and waits for it (its store is closed once the state's last
+    /// reference, this one included, is gone).
+    ///
+    /// # Errors
+    /// The server failed.
+    pub async fn stop(self) -> Result<(), ToolError> {
+        self.halt().await??;
+        Ok(())
+    }
+}
+
 /// The three nodes of a deployment, running in this process.
 pub struct LocalCluster {
-    nodes: Vec<Running>,
+    nodes: Vec<RunningNode>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -196,19 +253,8 @@ impl LocalCluster {
         };
         let mut nodes = Vec::new();
         for cfg in &deployment.configs {
-            let cfg = cfg.clone();
-            let evaluator = crate::matching::evaluator_for(&cfg)?;
-            let state =
-                tokio::task::spawn_blocking(move || NodeState::open(cfg, evaluator)).await??;
-            let (stop, rx) = oneshot::channel();
-            let task = tokio::spawn(server::run(
-                state.clone(),
-                listeners.remove(0),
-                async move {
-                    let _ = rx.await;
-                },
-            ));
-            nodes.push(Running { state, stop, task });
+            let evaluator = crate::matching::evaluator_for(cfg)?;
+            nodes.push(RunningNode::start(cfg.clone(), evaluator, listeners.remove(0)).await?);
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         while !nodes.iter().all(|n| n.state.is_ready()) {
@@ -233,11 +279,7 @@ impl LocalCluster {
         for n in &self.nodes {
             n.state.set_draining();
         }
-        let mut tasks = Vec::new();
-        for n in self.nodes {
-            let _ = n.stop.send(());
-            tasks.push(n.task);
-        }
+        let tasks: Vec<_> = self.nodes.into_iter().map(RunningNode::halt).collect();
         for t in tasks {
             t.await??;
         }

@@ -1,10 +1,18 @@
 //! Node configuration: a TOML file, then `OCELLI_*` environment overrides.
+//!
+//! The structs below are the one definition of the file's format: the overrides
+//! (`OCELLI_<SECTION>_<KEY>`, see [`env_overrides`]) are derived from their fields, and a
+//! written config ([`NodeConfig::to_toml`]) is their serialization.
+
+mod schema;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+pub use schema::{Key, Kind};
 
 /// The largest message between two nodes, in bytes: a gRPC message of the peer service, or
 /// an MPC link's frame (`crate::links`), which carries one round's message whole.
@@ -20,7 +28,7 @@ pub fn max_pass_comparisons_allowed() -> usize {
 
 /// Everything a node needs to start. Paths are relative to the config file's
 /// directory unless absolute.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     /// This node's party id, 0, 1 or 2.
@@ -56,7 +64,7 @@ pub struct NodeConfig {
 }
 
 /// When `/livez` calls the batch loop stuck, and how often peers are probed for `/readyz`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthConfig {
     /// Stuck when the oldest pending request is older than this while both peers answer,
@@ -91,7 +99,7 @@ impl HealthConfig {
 /// handshake has verified a configured client certificate; on the orb port, one that completed
 /// the handshake without a certificate stays unauthenticated until it closes, and on the
 /// metrics port every connection does.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionsConfig {
     /// Unauthenticated connections per port (orb, peer, metrics). A new one over the cap closes
@@ -152,7 +160,7 @@ impl ConnectionsConfig {
 }
 
 /// The store backend: redb in `data_dir` unless `url` names a PostgreSQL server.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// `postgres://user:password@host:port/database`; unset: the redb store.
@@ -169,7 +177,7 @@ pub struct StoreConfig {
 }
 
 /// `store.tls`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreTls {
     /// Plaintext, to any host: written out, never assumed for a remote one.
@@ -247,7 +255,7 @@ impl std::fmt::Debug for StoreConfig {
 }
 
 /// Listen addresses.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenConfig {
     /// Orb-facing gRPC over TLS.
@@ -259,7 +267,7 @@ pub struct ListenConfig {
 }
 
 /// TLS material (PEM files).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// The deployment CA certificate.
@@ -278,7 +286,7 @@ pub struct TlsConfig {
 }
 
 /// Identity keys.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeysConfig {
     /// X25519 HPKE secret key (hex).
@@ -321,7 +329,7 @@ impl core::str::FromStr for EngineKind {
 }
 
 /// The matching pipeline; identical on the three nodes.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MatchingConfig {
     /// Run the three-party matching pipeline. Off: every request is answered
@@ -371,7 +379,7 @@ impl Default for MatchingConfig {
 }
 
 /// One of the other two parties.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeerConfig {
     /// Its party id.
@@ -391,12 +399,12 @@ pub struct PeerConfig {
     /// Its result verifying keys before a rotation (hex), still accepted on its attestations:
     /// batches it signed before switching keys, replayed to a node that is behind, verify
     /// with them. Removed once every node has applied a batch signed with the new key.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_result_keys: Vec<PathBuf>,
 }
 
 /// Envelope intake limits.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IntakeConfig {
     /// Oldest accepted capture time, seconds before now.
@@ -421,7 +429,7 @@ impl Default for IntakeConfig {
 }
 
 /// Batch formation.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BatchConfig {
     /// Most requests in one batch.
@@ -491,10 +499,13 @@ pub enum ConfigError {
     #[error("invalid value for {var}: {value:?}")]
     Env {
         /// The variable.
-        var: &'static str,
+        var: String,
         /// Its value.
         value: String,
     },
+    /// The config cannot be written as TOML (a path that is not UTF-8).
+    #[error("the config cannot be written as TOML: {0}")]
+    Write(#[from] toml::ser::Error),
     /// A comparison pass would send a round message larger than a peer message may be.
     #[error(
         "matching.max_pass_comparisons = {max_pass_comparisons} with batch.max_size = {max_batch}: \
@@ -555,77 +566,43 @@ impl NodeConfig {
         toml::from_str(text)
     }
 
-    /// Applies overrides; `get` reads one variable.
+    /// Applies overrides; `get` reads one variable. Each key of [`env_overrides`] is read
+    /// from `OCELLI_<SECTION>_<KEY>`: text as it is for a string, TOML for the rest (`true`,
+    /// `7`, `0.3`, `[0, 1]`); an empty value unsets an optional key.
     ///
     /// # Errors
-    /// A variable whose value does not parse.
+    /// A variable whose value does not parse, or does not fit its key.
     pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        fn parse<T: std::str::FromStr>(var: &'static str, v: String) -> Result<T, ConfigError> {
-            v.parse().map_err(|_| ConfigError::Env { var, value: v })
-        }
-        macro_rules! over {
-            ($var:literal, $field:expr) => {
-                if let Some(v) = get($var) {
-                    $field = parse($var, v)?;
-                }
+        for key in env_overrides() {
+            let var = key.env_var();
+            let Some(raw) = get(&var) else { continue };
+            let bad = || ConfigError::Env {
+                var: var.clone(),
+                value: raw.clone(),
             };
-        }
-        over!("OCELLI_PARTY_ID", self.party_id);
-        over!("OCELLI_DATA_DIR", self.data_dir);
-        over!("OCELLI_LISTEN_ORB", self.listen.orb);
-        over!("OCELLI_LISTEN_PEER", self.listen.peer);
-        over!("OCELLI_LISTEN_METRICS", self.listen.metrics);
-        over!(
-            "OCELLI_INTAKE_FRESHNESS_WINDOW_S",
-            self.intake.freshness_window_s
-        );
-        over!(
-            "OCELLI_INTAKE_MAX_FUTURE_SKEW_S",
-            self.intake.max_future_skew_s
-        );
-        over!(
-            "OCELLI_INTAKE_MAX_ENVELOPE_BYTES",
-            self.intake.max_envelope_bytes
-        );
-        over!("OCELLI_BATCH_MAX_SIZE", self.batch.max_size);
-        over!("OCELLI_BATCH_INTERVAL_MS", self.batch.interval_ms);
-        over!(
-            "OCELLI_BATCH_REQUEST_TIMEOUT_MS",
-            self.batch.request_timeout_ms
-        );
-        over!(
-            "OCELLI_HEALTH_MAX_PENDING_AGE_S",
-            self.health.max_pending_age_s
-        );
-        over!(
-            "OCELLI_HEALTH_MAX_COMMIT_GAP_S",
-            self.health.max_commit_gap_s
-        );
-        over!(
-            "OCELLI_HEALTH_PEER_PROBE_INTERVAL_MS",
-            self.health.peer_probe_interval_ms
-        );
-        over!("OCELLI_MATCHING_ENABLED", self.matching.enabled);
-        over!("OCELLI_MATCHING_THRESHOLD", self.matching.threshold);
-        over!("OCELLI_MATCHING_PRIVACY_MAX", self.matching.privacy_max);
-        over!(
-            "OCELLI_MATCHING_MIRROR_DETECTION",
-            self.matching.mirror_detection
-        );
-        over!("OCELLI_MATCHING_LOOKBACK", self.matching.lookback);
-        over!("OCELLI_MATCHING_THREADS", self.matching.threads);
-        if let Some(url) = get("OCELLI_STORE_URL") {
-            self.store.url = (!url.is_empty()).then_some(url);
-        }
-        over!("OCELLI_STORE_SCHEMA", self.store.schema);
-        over!("OCELLI_STORE_POOL_SIZE", self.store.pool_size);
-        if let Some(v) = get("OCELLI_STORE_TLS") {
-            self.store.tls = Some(parse("OCELLI_STORE_TLS", v)?);
-        }
-        if let Some(v) = get("OCELLI_STORE_TLS_CA") {
-            self.store.tls_ca = (!v.is_empty()).then(|| PathBuf::from(v));
+            let mut table = toml::Table::try_from(&*self)?;
+            let section = match key.section {
+                None => &mut table,
+                Some(s) => match table.entry(s).or_insert_with(|| toml::Table::new().into()) {
+                    toml::Value::Table(t) => t,
+                    _ => return Err(bad()),
+                },
+            };
+            match env_value(&key, &raw).ok_or_else(bad)? {
+                Some(v) => section.insert(key.name.to_owned(), v),
+                None => section.remove(key.name),
+            };
+            *self = table.try_into().map_err(|_| bad())?;
         }
         Ok(())
+    }
+
+    /// The config as a TOML file, every key written (defaults included).
+    ///
+    /// # Errors
+    /// [`ConfigError::Write`] for a path that is not UTF-8.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        Ok(toml::to_string(self)?)
     }
 
     /// Makes relative paths relative to `dir`.
@@ -791,6 +768,48 @@ impl NodeConfig {
     }
 }
 
+/// Every key an `OCELLI_<SECTION>_<KEY>` variable overrides: each key of the file but the
+/// `[[peers]]` entries.
+pub fn env_overrides() -> Vec<Key> {
+    schema::keys::<NodeConfig>()
+}
+
+/// An override's value as TOML: `None` unsets the key; `None` outside means it does not
+/// parse as the key's kind.
+fn env_value(key: &Key, raw: &str) -> Option<Option<toml::Value>> {
+    if raw.is_empty() && key.optional {
+        return Some(None);
+    }
+    if key.kind == Kind::String {
+        return Some(Some(toml::Value::String(raw.to_owned())));
+    }
+    let mut parsed: toml::Table = toml::from_str(&format!("v = {raw}")).ok()?;
+    let v = parsed.remove("v")?;
+    let fits = matches!(
+        (key.kind, &v),
+        (Kind::Bool, toml::Value::Boolean(_))
+            | (Kind::Integer, toml::Value::Integer(_))
+            | (Kind::Float, toml::Value::Float(_) | toml::Value::Integer(_))
+            | (Kind::Array, toml::Value::Array(_))
+    );
+    fits.then_some(Some(v))
+}
+
+/// The overrides as a Markdown table (docs/operations.md holds it).
+pub fn env_overrides_table() -> String {
+    let mut out = String::from("| Variable | Key | Value |\n|---|---|---|\n");
+    for k in env_overrides() {
+        let unset = if k.optional { "; empty: unset" } else { "" };
+        out.push_str(&format!(
+            "| `{}` | `{}` | {}{unset} |\n",
+            k.env_var(),
+            k.dotted(),
+            k.kind.name()
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -846,6 +865,104 @@ cert = "p2.pem"
         c.party_id = 0;
         assert!(c.validate().is_err());
         Ok(())
+    }
+
+    /// Every variable the hand-kept list had is still derived, with its key.
+    #[test]
+    fn overrides_are_derived_from_the_structs() {
+        let vars: Vec<String> = env_overrides().iter().map(Key::env_var).collect();
+        for v in [
+            "OCELLI_PARTY_ID",
+            "OCELLI_DATA_DIR",
+            "OCELLI_LISTEN_ORB",
+            "OCELLI_LISTEN_PEER",
+            "OCELLI_LISTEN_METRICS",
+            "OCELLI_INTAKE_FRESHNESS_WINDOW_S",
+            "OCELLI_INTAKE_MAX_FUTURE_SKEW_S",
+            "OCELLI_INTAKE_MAX_ENVELOPE_BYTES",
+            "OCELLI_BATCH_MAX_SIZE",
+            "OCELLI_BATCH_INTERVAL_MS",
+            "OCELLI_BATCH_REQUEST_TIMEOUT_MS",
+            "OCELLI_HEALTH_MAX_PENDING_AGE_S",
+            "OCELLI_HEALTH_MAX_COMMIT_GAP_S",
+            "OCELLI_HEALTH_PEER_PROBE_INTERVAL_MS",
+            "OCELLI_MATCHING_ENABLED",
+            "OCELLI_MATCHING_THRESHOLD",
+            "OCELLI_MATCHING_PRIVACY_MAX",
+            "OCELLI_MATCHING_MIRROR_DETECTION",
+            "OCELLI_MATCHING_LOOKBACK",
+            "OCELLI_MATCHING_THREADS",
+            "OCELLI_STORE_URL",
+            "OCELLI_STORE_SCHEMA",
+            "OCELLI_STORE_POOL_SIZE",
+            "OCELLI_STORE_TLS",
+            "OCELLI_STORE_TLS_CA",
+        ] {
+            assert!(vars.iter().any(|x| x == v), "{v} missing from {vars:?}");
+        }
+        assert!(!vars.iter().any(|v| v.starts_with("OCELLI_PEERS")));
+        let mut c = NodeConfig::from_toml(SAMPLE).expect("sample parses");
+        c.apply_env(|k| match k {
+            "OCELLI_MATCHING_GPU_DEVICES" => Some("[1, 2]".to_owned()),
+            "OCELLI_MATCHING_ENGINE" => Some("cpu".to_owned()),
+            "OCELLI_CONNECTIONS_KEEPALIVE_INTERVAL_MS" => Some("0".to_owned()),
+            "OCELLI_MATCHING_THRESHOLD" => Some("0".to_owned()),
+            "OCELLI_TLS_CA" => Some("/etc/ca.pem".to_owned()),
+            _ => None,
+        })
+        .expect("overrides apply");
+        assert_eq!(c.matching.gpu_devices, vec![1, 2]);
+        assert_eq!(c.connections.keepalive_interval_ms, 0);
+        assert_eq!(c.matching.threshold, 0.0);
+        assert_eq!(c.tls.ca, Path::new("/etc/ca.pem"));
+        for (var, value) in [
+            ("OCELLI_BATCH_MAX_SIZE", "many"),
+            ("OCELLI_MATCHING_ENABLED", "1"),
+            ("OCELLI_LISTEN_ORB", "nowhere"),
+            ("OCELLI_PARTY_ID", "300"),
+            ("OCELLI_MATCHING_ENGINE", "tpu"),
+        ] {
+            let e = c
+                .clone()
+                .apply_env(|k| (k == var).then(|| value.to_owned()));
+            assert!(
+                matches!(&e, Err(ConfigError::Env { var: v, .. }) if v == var),
+                "{var}={value}: {e:?}"
+            );
+        }
+    }
+
+    /// The written config is the structs' serialization, and reads back equal.
+    #[test]
+    fn a_written_config_reads_back() -> Result<(), Box<dyn std::error::Error>> {
+        let c = crate::keys::sample_node_config(1, 7000);
+        let text = crate::keys::sample_config(1, 7000)?;
+        let back = NodeConfig::from_toml(&text)?;
+        assert_eq!(back.to_toml()?, c.to_toml()?);
+        assert_eq!(back.listen.peer, "127.0.0.1:7011".parse()?);
+        assert_eq!(
+            back.peers[1].result_key.as_deref(),
+            Some(Path::new("party2/result-verifying.pub"))
+        );
+        back.validate()?;
+        Ok(())
+    }
+
+    /// docs/operations.md lists the overrides as the schema derives them.
+    #[test]
+    fn the_operations_guide_lists_every_override() {
+        let doc = include_str!("../../docs/operations.md");
+        let begin = "<!-- env-overrides: generated by config::env_overrides_table -->\n";
+        let start = doc.find(begin).expect("the table's marker") + begin.len();
+        let end = start
+            + doc[start..]
+                .find("<!-- /env-overrides -->")
+                .expect("its end");
+        assert_eq!(
+            doc[start..end],
+            env_overrides_table(),
+            "docs/operations.md: replace the table with config::env_overrides_table()"
+        );
     }
 
     fn with_store(url: &str, tls: Option<StoreTls>, ca: Option<&Path>) -> NodeConfig {

@@ -500,7 +500,7 @@ mod tests {
         orb_request(&stream_results_input(&[&[1; 3]]));
         orb_request(&submit_input(b"not an envelope"));
         orb_request(&[]);
-        let sample = crate::keys::sample_config(1, 50050);
+        let sample = crate::keys::sample_config(1, 50050).expect("sample");
         config(&config_input(&sample, &[]));
         config(&config_input(
             &sample,
@@ -514,7 +514,7 @@ mod tests {
 
     #[test]
     fn a_valid_sample_config_passes_the_target_checks() {
-        let sample = crate::keys::sample_config(2, 50050);
+        let sample = crate::keys::sample_config(2, 50050).expect("sample");
         let cfg = NodeConfig::from_toml(&sample).expect("sample parses");
         cfg.validate().expect("sample is valid");
         config(&config_input(&sample, &[("OCELLI_BATCH_MAX_SIZE", "9")]));

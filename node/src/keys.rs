@@ -45,6 +45,9 @@ pub enum KeyError {
     /// Certificate generation failed.
     #[error("certificate generation: {0}")]
     Cert(#[from] rcgen::Error),
+    /// The node config cannot be written.
+    #[error("node config: {0}")]
+    Config(#[from] crate::config::ConfigError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> KeyError + '_ {
@@ -319,7 +322,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
     for party in 0u8..3 {
         write_file(
             &out.config(party),
-            sample_config(party, opts.base_port).as_bytes(),
+            sample_config(party, opts.base_port)?.as_bytes(),
             false,
             force,
         )?;
@@ -328,37 +331,62 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
 }
 
 /// A node config for party `party` on 127.0.0.1, paths relative to the key directory.
-pub fn sample_config(party: u8, base: u16) -> String {
+pub fn sample_node_config(party: u8, base: u16) -> crate::config::NodeConfig {
+    use crate::config::{KeysConfig, ListenConfig, NodeConfig, PeerConfig, TlsConfig};
     let port = |off: u16, p: u8| base.saturating_add(off).saturating_add(u16::from(p));
-    let mut s = format!(
-        "party_id = {party}\ndata_dir = \"data/party{party}\"\n\n\
-         [listen]\norb = \"127.0.0.1:{}\"\npeer = \"127.0.0.1:{}\"\nmetrics = \"127.0.0.1:{}\"\n\n\
-         [tls]\nca = \"ca.pem\"\ncert = \"party{party}/tls.pem\"\nkey = \"party{party}/tls.key.pem\"\n\
-         gateways = [\"gateway0/tls.pem\", \"gateway1/tls.pem\"]\n\
-         results_consumers = [\"results-consumer/tls.pem\"]\n\n\
-         [keys]\nhpke_secret = \"party{party}/hpke.key\"\n\
-         result_signing = \"party{party}/result-signing.key\"\norb_allow_list = \"orb-allow-list.txt\"\n",
-        port(0, party),
-        port(10, party),
-        port(20, party)
-    );
-    for peer in (0u8..3).filter(|&p| p != party) {
-        s.push_str(&format!(
-            "\n[[peers]]\nparty_id = {peer}\naddress = \"127.0.0.1:{}\"\ncert = \"party{peer}/tls.pem\"\n\
-             result_key = \"party{peer}/result-verifying.pub\"\n",
-            port(10, peer)
-        ));
+    let local = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let dir = |p: u8, file: &str| PathBuf::from(format!("party{p}/{file}"));
+    NodeConfig {
+        party_id: party,
+        data_dir: PathBuf::from(format!("data/party{party}")),
+        listen: ListenConfig {
+            orb: local(port(0, party)),
+            peer: local(port(10, party)),
+            metrics: local(port(20, party)),
+        },
+        tls: TlsConfig {
+            ca: "ca.pem".into(),
+            cert: dir(party, "tls.pem"),
+            key: dir(party, "tls.key.pem"),
+            gateways: vec!["gateway0/tls.pem".into(), "gateway1/tls.pem".into()],
+            results_consumers: vec!["results-consumer/tls.pem".into()],
+        },
+        keys: KeysConfig {
+            hpke_secret: dir(party, "hpke.key"),
+            hpke_previous_secret: None,
+            result_signing: dir(party, "result-signing.key"),
+            orb_allow_list: "orb-allow-list.txt".into(),
+        },
+        peers: (0u8..3)
+            .filter(|&p| p != party)
+            .map(|peer| PeerConfig {
+                party_id: peer,
+                address: local(port(10, peer)),
+                cert: dir(peer, "tls.pem"),
+                server_name: None,
+                result_key: Some(dir(peer, "result-verifying.pub")),
+                previous_result_keys: Vec::new(),
+            })
+            .collect(),
+        intake: Default::default(),
+        batch: Default::default(),
+        matching: Default::default(),
+        store: Default::default(),
+        connections: Default::default(),
+        health: Default::default(),
     }
-    s.push_str(
-        "\n[intake]\nfreshness_window_s = 300\nmax_future_skew_s = 30\n\n\
-         [batch]\nmax_size = 64\ninterval_ms = 200\nrequest_timeout_ms = 30000\n\n\
-         [matching]\nenabled = true\n",
-    );
-    s.push_str(&format!(
-        "threshold = {}\nprivacy_max = false\n",
-        sdk_orb::plaintext::DEFAULT_THRESHOLD
-    ));
-    s
+}
+
+/// [`sample_node_config`] as the TOML file `keygen` writes: every key, defaults included.
+///
+/// # Errors
+/// None in practice: its paths are UTF-8.
+pub fn sample_config(party: u8, base: u16) -> Result<String, crate::config::ConfigError> {
+    Ok(format!(
+        "# A node config written by `ocelli-node keygen`; every key and the OCELLI_* variables\n\
+         # that override them: docs/operations.md.\n\n{}",
+        sample_node_config(party, base).to_toml()?
+    ))
 }
 
 /// Reads a hex file holding exactly 32 bytes (a secret: zeroized after use).
@@ -402,7 +430,7 @@ pub fn read_allow_list(path: &Path) -> Result<Vec<ed25519_dalek::VerifyingKey>, 
 /// The Ed25519 key a node signs its results with.
 pub struct ResultSigner {
     key: ed25519_dalek::SigningKey,
-    party: u8,
+    party: sdk_orb::PartyId,
 }
 
 impl std::fmt::Debug for ResultSigner {
@@ -417,10 +445,10 @@ impl std::fmt::Debug for ResultSigner {
 pub const RESULT_SIGNING_CONTEXT: &[u8] = b"ocelli/v1/result";
 
 /// The bytes a result signature covers.
-pub fn result_signing_message(party: u8, result: &[u8]) -> Vec<u8> {
+pub fn result_signing_message(party: sdk_orb::PartyId, result: &[u8]) -> Vec<u8> {
     let mut m = Vec::with_capacity(RESULT_SIGNING_CONTEXT.len() + 1 + result.len());
     m.extend_from_slice(RESULT_SIGNING_CONTEXT);
-    m.push(party);
+    m.push(party.get());
     m.extend_from_slice(result);
     m
 }
@@ -429,17 +457,17 @@ pub fn result_signing_message(party: u8, result: &[u8]) -> Vec<u8> {
 pub const BATCH_SIGNING_CONTEXT: &[u8] = b"ocelli/v1/batch";
 
 /// The bytes a batch attestation covers.
-pub fn batch_signing_message(party: u8, digest: &[u8; 32]) -> Vec<u8> {
+pub fn batch_signing_message(party: sdk_orb::PartyId, digest: &[u8; 32]) -> Vec<u8> {
     let mut m = Vec::with_capacity(BATCH_SIGNING_CONTEXT.len() + 33);
     m.extend_from_slice(BATCH_SIGNING_CONTEXT);
-    m.push(party);
+    m.push(party.get());
     m.extend_from_slice(digest);
     m
 }
 
 impl ResultSigner {
     /// Wraps a 32-byte Ed25519 seed.
-    pub fn from_seed(seed: &[u8; 32], party: u8) -> Self {
+    pub fn from_seed(seed: &[u8; 32], party: sdk_orb::PartyId) -> Self {
         Self {
             key: ed25519_dalek::SigningKey::from_bytes(seed),
             party,
@@ -464,7 +492,7 @@ impl ResultSigner {
     }
 
     /// This signer's party.
-    pub fn party(&self) -> u8 {
+    pub fn party(&self) -> sdk_orb::PartyId {
         self.party
     }
 

@@ -20,6 +20,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod demo;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;

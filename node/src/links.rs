@@ -280,7 +280,8 @@ pub(crate) async fn serve(
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .and_then(|c| certs.party_of(c));
+        .and_then(|c| certs.party_of(c))
+        .map(sdk_orb::PartyId::get);
     let Some(peer) = peer else {
         tracing::info!("MPC connection without a configured peer certificate refused");
         return;

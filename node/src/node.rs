@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use sdk_orb::PartyId;
 use shared_proto::v1::SignedResult;
 use tokio::sync::{broadcast, Notify};
 
@@ -49,21 +50,32 @@ pub enum StartError {
     /// The listeners.
     #[error("listeners: {0}")]
     Listen(#[from] std::io::Error),
+    /// A party id of the config outside 0..=2.
+    #[error(transparent)]
+    Party(#[from] sdk_orb::InvalidPartyId),
 }
 
-/// The store `config` names: redb in `data_dir`, or PostgreSQL where `store.url` is set.
+/// The store `config` names: redb in `data_dir`, or PostgreSQL where `store.url` is set,
+/// whose connections run on the caller's runtime. Call it from a blocking thread of that
+/// runtime (`spawn_blocking`), as every store method.
 ///
 /// # Errors
-/// The store cannot be opened.
+/// The store cannot be opened; PostgreSQL without a runtime.
 pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match &config.store.url {
         None => Arc::new(RedbStore::open(&config.data_dir)?),
-        Some(url) => Arc::new(PgStore::open(&PgOptions {
-            url: url.clone(),
-            schema: config.store.schema.clone(),
-            pool_size: config.store.pool_size,
-            tls: config.store.pg_tls(),
-        })?),
+        Some(url) => {
+            let rt = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+            Arc::new(PgStore::open(
+                &PgOptions {
+                    url: url.clone(),
+                    schema: config.store.schema.clone(),
+                    pool_size: config.store.pool_size,
+                    tls: config.store.pg_tls(),
+                },
+                rt,
+            )?)
+        }
     })
 }
 
@@ -78,14 +90,15 @@ pub fn now_ms() -> u64 {
 /// The node's state.
 #[derive(Debug)]
 pub struct NodeState {
-    pub(crate) party: u8,
+    pub(crate) party: PartyId,
     pub(crate) config: NodeConfig,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) intake: IntakePolicy,
     pub(crate) signer: ResultSigner,
     /// The peers' pinned result verifying keys, by party, the current one first and then those
     /// before a rotation: what their batch attestations are checked against.
-    pub(crate) peer_result_keys: std::collections::HashMap<u8, Vec<ed25519_dalek::VerifyingKey>>,
+    pub(crate) peer_result_keys:
+        std::collections::HashMap<PartyId, Vec<ed25519_dalek::VerifyingKey>>,
     pub(crate) metrics: Metrics,
     /// Progress and peer reachability, for `/livez` and `/readyz`.
     pub health: crate::health::Health,
@@ -147,7 +160,7 @@ impl NodeState {
         if let Some(previous) = &config.keys.hpke_previous_secret {
             intake = intake.with_previous_key(&*keys::read_key32(previous)?)?;
         }
-        let signer = ResultSigner::from_seed(&sign, party);
+        let signer = ResultSigner::from_seed(&sign, PartyId::try_from(party)?);
         let mut peer_result_keys = std::collections::HashMap::new();
         for p in &config.peers {
             let Some(current) = &p.result_key else {
@@ -164,7 +177,7 @@ impl NodeState {
                     )
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            peer_result_keys.insert(p.party_id, accepted);
+            peer_result_keys.insert(PartyId::try_from(p.party_id)?, accepted);
         }
         let metrics = Metrics::new(party);
         metrics.init_peers(config.peers.iter().map(|p| p.party_id));
@@ -207,7 +220,7 @@ impl NodeState {
             .set(i64::try_from(store.size_bytes()).unwrap_or(i64::MAX));
         let (results_tx, _) = broadcast::channel(4096);
         Ok(Arc::new(Self {
-            party,
+            party: signer.party(),
             config,
             store,
             intake,
@@ -231,7 +244,7 @@ impl NodeState {
     }
 
     /// This node's party id.
-    pub fn party(&self) -> u8 {
+    pub fn party(&self) -> PartyId {
         self.party
     }
 
@@ -282,6 +295,25 @@ impl NodeState {
     /// Shutting down.
     pub fn is_draining(&self) -> bool {
         *self.draining.borrow()
+    }
+
+    /// Runs `f`, which calls the store, on a blocking thread: store calls block (the
+    /// PostgreSQL store waits on the runtime there), so an async task makes them only here.
+    ///
+    /// # Errors
+    /// What `f` returns; [`StoreError::Unfinished`] where its task panicked or was cancelled.
+    pub async fn store_call<T, E>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&NodeState) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || f(&state))
+            .await
+            .map_err(|e| E::from(StoreError::Unfinished(e.to_string())))?
     }
 
     /// Completes once the node is shutting down.

@@ -323,9 +323,16 @@ fn words(bytes: &[u8]) -> Zeroizing<Vec<u16>> {
 /// A non-empty store, unreachable or disagreeing helpers, keys, TLS or store failure.
 pub async fn recover(config: &NodeConfig) -> Result<RecoverReport, RecoveryError> {
     let started = Instant::now();
-    let store = crate::node::open_store(config)?;
-    let meta = store.meta()?;
-    let held = store.share_count()?;
+    let (store, meta, held) = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = crate::node::open_store(&config)?;
+            let (meta, held) = (store.meta()?, store.share_count()?);
+            Ok::<_, StoreError>((store, meta, held))
+        })
+        .await
+        .map_err(|e| RecoveryError::Task(e.to_string()))??
+    };
     if held != 0 || meta.last_applied_batch != 0 {
         return Err(RecoveryError::NotEmpty {
             shares: held,

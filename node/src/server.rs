@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use self::orb::{health, OrbApi, MAX_STREAM_IDS};
+#[cfg(feature = "fuzzing")]
 pub(crate) use self::orb::{parse_id, parse_ids};
 pub use self::peer::PeerApi;
 use crate::agreement::coordinator;
@@ -86,7 +87,7 @@ pub async fn run(
 ) -> Result<(), StartError> {
     let tls = NodeTls::load(&state.config)?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let party = state.party;
+    let party = state.party.get();
     let (orb_addr, peer_addr, metrics_addr) = listeners.addrs()?;
 
     let limits = &state.config.connections;

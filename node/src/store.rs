@@ -35,6 +35,13 @@ pub enum StoreError {
         /// The newest this binary knows.
         known: i64,
     },
+    /// The blocking task that made a store call did not finish (it panicked, or the
+    /// runtime is stopping).
+    #[error("store call did not finish: {0}")]
+    Unfinished(String),
+    /// The PostgreSQL store was opened outside a tokio runtime (its connections run on one).
+    #[error("the PostgreSQL store needs a tokio runtime to run its connections on")]
+    NoRuntime,
     /// TLS to the PostgreSQL server cannot be set up.
     #[error(transparent)]
     Tls(#[from] postgres::PgTlsError),

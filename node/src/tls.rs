@@ -45,6 +45,9 @@ pub use self::socket::{client_certs, connection, BufferedTcp, ConnectionInfo};
 /// TLS setup errors.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A peer's party id outside 0..=2.
+    #[error(transparent)]
+    Party(#[from] sdk_orb::InvalidPartyId),
     /// A PEM file could not be read or parsed.
     #[error("{path}: {what}")]
     Pem {
@@ -131,11 +134,11 @@ pub struct NodeTls {
 
 /// The configured certificate of each peer party.
 #[derive(Clone, Debug, Default)]
-pub struct PeerCerts(Vec<(u8, CertificateDer<'static>)>);
+pub struct PeerCerts(Vec<(sdk_orb::PartyId, CertificateDer<'static>)>);
 
 impl PeerCerts {
     /// The party whose configured certificate is `cert`, if any.
-    pub fn party_of(&self, cert: &CertificateDer<'_>) -> Option<u8> {
+    pub fn party_of(&self, cert: &CertificateDer<'_>) -> Option<sdk_orb::PartyId> {
         self.0
             .iter()
             .find(|(_, c)| c.as_ref() == cert.as_ref())
@@ -207,7 +210,7 @@ impl NodeTls {
                     path: p.cert.display().to_string(),
                     what: "no certificate".to_owned(),
                 })?;
-            peers.push((p.party_id, cert));
+            peers.push((sdk_orb::PartyId::try_from(p.party_id)?, cert));
         }
         let peer_certs = PeerCerts(peers);
         let roots = Arc::new(roots(&ca)?);
@@ -263,7 +266,7 @@ impl NodeTls {
                 .with_custom_certificate_verifier(verifier)
                 .with_client_auth_cert(chain.clone(), key.clone_key())?;
             c.alpn_protocols = vec![b"h2".to_vec()];
-            peer_clients.insert(*party, Arc::new(c));
+            peer_clients.insert(party.get(), Arc::new(c));
         }
         Ok(Self {
             orb_server: Arc::new(orb),

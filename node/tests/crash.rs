@@ -361,16 +361,24 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
     // The three stores agree, and hold every request, answered.
     let mut summaries = Vec::new();
     for party in 0..3 {
-        let s: Box<dyn Store> = match pg {
-            None => Box::new(RedbStore::open(&dir.path().join(format!("data{party}")))?),
-            Some((url, prefix)) => Box::new(PgStore::open(&PgOptions {
-                url: url.to_owned(),
-                schema: format!("{prefix}_p{party}"),
-                pool_size: 1,
-                tls: PgTls::Disable,
-            })?),
-        };
-        summaries.push(s.summary()?);
+        let data = dir.path().join(format!("data{party}"));
+        let pg = pg.map(|(url, prefix)| PgOptions {
+            url: url.to_owned(),
+            schema: format!("{prefix}_p{party}"),
+            pool_size: 1,
+            tls: PgTls::Disable,
+        });
+        // Store calls block: off the test's async workers, as the node makes them.
+        let rt = tokio::runtime::Handle::current();
+        let summary = tokio::task::spawn_blocking(move || -> Res<_> {
+            let s: Box<dyn Store> = match pg {
+                None => Box::new(RedbStore::open(&data)?),
+                Some(opts) => Box::new(PgStore::open(&opts, rt)?),
+            };
+            Ok(s.summary()?)
+        })
+        .await??;
+        summaries.push(summary);
     }
     assert_eq!(summaries[0], summaries[1]);
     assert_eq!(summaries[1], summaries[2]);

@@ -39,7 +39,7 @@ use tokio_stream::StreamExt;
 /// link in one frame.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn largest_pass_fits_messages() -> Res {
-    let mut cfg = NodeConfig::from_toml(&sample_config(0, 1))?;
+    let mut cfg = NodeConfig::from_toml(&sample_config(0, 1)?)?;
     cfg.matching.max_pass_comparisons = 16_777_216;
     match cfg.validate() {
         Err(ConfigError::PassTooLarge { allowed, .. }) => {
@@ -1214,9 +1214,10 @@ async fn equivocating_coordinator_cannot_split_the_peers() -> Res {
     // The peers' attestations are genuine: only the coordinator lies.
     for (party, sig, digest) in [(2u8, &sig2, &digest_a), (1, &sig1, &digest_b)] {
         let s = ed25519_dalek::Signature::from_slice(&sig.signature)?;
-        c.state(usize::from(party))
-            .result_verifying_key()
-            .verify(&batch_signing_message(party, digest), &s)?;
+        c.state(usize::from(party)).result_verifying_key().verify(
+            &batch_signing_message(sdk_orb::PartyId::try_from(party)?, digest),
+            &s,
+        )?;
     }
     recorded_a.signatures = vec![attest_as(&c, 0, 0, &digest_a)?, sig2];
     recorded_b.signatures = vec![attest_as(&c, 0, 0, &digest_b)?, sig1];

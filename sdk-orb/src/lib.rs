@@ -38,7 +38,7 @@ pub mod template;
 
 mod pb;
 
-#[cfg(feature = "alloc")]
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 

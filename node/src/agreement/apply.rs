@@ -282,7 +282,7 @@ fn check_evidence(state: &NodeState, commit: &BatchCommit) -> Result<(), ApplyEr
     };
     let checked = check_items(
         commit,
-        state.party,
+        state.party.get(),
         crate::node::now_ms(),
         min_wait_ms,
         lookup,
@@ -503,7 +503,7 @@ pub(crate) fn sign_result(state: &NodeState, r: &NodeResult) -> SignedResult {
     let sig = state.signer.sign(&bytes);
     SignedResult {
         result: bytes,
-        party_id: u32::from(state.party),
+        party_id: u32::from(state.party.get()),
         signature: sig.to_vec(),
     }
 }

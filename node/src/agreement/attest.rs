@@ -19,6 +19,7 @@
 //! peers two commits gets at most one of them applied, or none.
 
 use prost::Message;
+use sdk_orb::PartyId;
 use sha2::{Digest, Sha256};
 use shared_proto::v1::{BatchCommit, BatchItem, BatchSignature, RecordedOutcome};
 
@@ -99,9 +100,16 @@ pub(crate) fn attested_attempt(
 /// This node's attestation of `digest`.
 pub(crate) fn sign(state: &NodeState, digest: &[u8; 32]) -> BatchSignature {
     BatchSignature {
-        party_id: u32::from(state.signer.party()),
+        party_id: u32::from(state.signer.party().get()),
         signature: state.signer.sign_batch(digest).to_vec(),
     }
+}
+
+/// The party a message's `party_id` names, if it names one (the one conversion from the wire).
+pub(crate) fn party_of_wire(party_id: u32) -> Option<PartyId> {
+    u8::try_from(party_id)
+        .ok()
+        .and_then(|p| PartyId::try_from(p).ok())
 }
 
 /// Whether `sig` is a valid attestation of `digest` by a party other than this node, by one of
@@ -111,7 +119,7 @@ pub(crate) fn valid_peer_signature(
     sig: &BatchSignature,
     digest: &[u8; 32],
 ) -> bool {
-    let Ok(party) = u8::try_from(sig.party_id) else {
+    let Some(party) = party_of_wire(sig.party_id) else {
         return false;
     };
     let Some(keys) = state.peer_result_keys.get(&party) else {
@@ -133,13 +141,12 @@ pub(crate) fn by_both_others(
     digest: &[u8; 32],
 ) -> Result<Vec<BatchSignature>, u8> {
     let mut out = Vec::new();
-    for party in (0u8..3).filter(|&p| p != state.party) {
-        match signatures
-            .iter()
-            .find(|s| s.party_id == u32::from(party) && valid_peer_signature(state, s, digest))
-        {
+    for party in PartyId::ALL.into_iter().filter(|&p| p != state.party) {
+        match signatures.iter().find(|s| {
+            s.party_id == u32::from(party.get()) && valid_peer_signature(state, s, digest)
+        }) {
             Some(s) => out.push(s.clone()),
-            None => return Err(party),
+            None => return Err(party.get()),
         }
     }
     Ok(out)

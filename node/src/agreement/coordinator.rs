@@ -186,7 +186,7 @@ enum Round {
 }
 
 async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundError> {
-    let meta = state.store.meta()?;
+    let meta = state.store_call(|s| s.store.meta()).await?;
     let batch_id = meta.last_applied_batch + 1;
     let now = now_ms();
     let cutoff = now.saturating_sub(state.config.batch.request_timeout_ms);
@@ -266,8 +266,12 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         outcomes_recorded: false,
         outcomes: Vec::new(),
         signatures: Vec::new(),
-        attempt: next_attempt(state, batch_id, &votes)?,
+        attempt: 0,
     };
+    let own_attempt = state
+        .store_call(move |s| super::attest::attested_attempt(s, batch_id))
+        .await?;
+    commit.attempt = next_attempt(own_attempt, &votes);
     // Party 0 votes too: a request it cannot open cannot be evaluated either.
     mark_missing(state, &candidates, &votes);
     let unopenable_here: std::collections::HashSet<RequestId> = candidates
@@ -284,7 +288,15 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
     );
     // The proposal looks past requests a peer lacks; a batch still runs at most max_size.
     commit.request_ids.truncate(state.config.batch.max_size);
-    expired_at_peers(state, &votes, &mut commit)?;
+    let commit = {
+        let votes = votes.clone();
+        state
+            .store_call(move |s| {
+                expired_at_peers(s, &votes, &mut commit)?;
+                Ok::<_, StoreError>(commit)
+            })
+            .await?
+    };
     if commit.request_ids.is_empty()
         && commit.timed_out.is_empty()
         && commit.digest_mismatch.is_empty()
@@ -384,17 +396,12 @@ fn mark_missing(state: &NodeState, candidates: &[Candidate], votes: &BTreeMap<u8
 
 /// The attempt to commit batch `batch_id` as: past every attempt at it that this node or a
 /// peer attested (each node refuses to attest an attempt not newer than its last).
-fn next_attempt(
-    state: &NodeState,
-    batch_id: u64,
-    votes: &BTreeMap<u8, BatchVote>,
-) -> Result<u32, StoreError> {
-    let own = super::attest::attested_attempt(state, batch_id)?;
+fn next_attempt(own: u32, votes: &BTreeMap<u8, BatchVote>) -> u32 {
     let highest = votes
         .values()
         .map(|v| v.attested_attempt)
         .fold(own, u32::max);
-    Ok(highest.saturating_add(1))
+    highest.saturating_add(1)
 }
 
 /// Adds to `commit.timed_out` the requests a peer reports expired that this node never
@@ -489,7 +496,10 @@ async fn catch_up(
         "replaying batches to a peer that is behind"
     );
     for id in from..=to {
-        let b = state.store.batch(id)?.ok_or(RoundError::MissingBatch(id))?;
+        let b = state
+            .store_call(move |s| s.store.batch(id))
+            .await?
+            .ok_or(RoundError::MissingBatch(id))?;
         let mut commit =
             BatchCommit::decode(b.commit.as_slice()).map_err(|_| RoundError::CorruptBatch(id))?;
         // The peer applies the recorded outcomes only with the attestations of both other

@@ -379,7 +379,12 @@ fn main() -> ExitCode {
                 pool_size: 2,
                 tls: tls_ca.map_or(PgTls::Disable, |ca| PgTls::Require { ca }),
             };
-            match ocelli_node::store::migrate::redb_to_postgres(std::path::Path::new(path), &opts) {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            let from = std::path::Path::new(path);
+            match ocelli_node::store::migrate::redb_to_postgres(from, &opts, rt.handle().clone()) {
                 Ok(r) => {
                     println!(
                         "copied {} requests, {} enrolled entries, {} batches in {:.1} s; \

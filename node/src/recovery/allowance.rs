@@ -248,7 +248,7 @@ mod tests {
     type Res = Result<(), Box<dyn std::error::Error>>;
 
     fn config(dir: &Path) -> Result<NodeConfig, Box<dyn std::error::Error>> {
-        let mut c = NodeConfig::from_toml(&crate::keys::sample_config(0, 1))?;
+        let mut c = crate::keys::sample_node_config(0, 1);
         c.data_dir = dir.join("data");
         Ok(c)
     }

@@ -26,11 +26,11 @@ const QUEUED_CHUNKS: usize = 4;
 const CALLER_STALL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The recovering party `caller` names, if it may recover from this node at all.
-fn target_of(state: &NodeState, caller: u8) -> Result<PartyId, RecoveryError> {
+fn target_of(state: &NodeState, caller: PartyId) -> Result<PartyId, RecoveryError> {
     if caller == state.party {
         return Err(RecoveryError::SelfRecovery);
     }
-    PartyId::try_from(caller).map_err(|_| RecoveryError::SelfRecovery)
+    Ok(caller)
 }
 
 fn nonce_of(bytes: &[u8]) -> Result<[u8; 32], RecoveryError> {
@@ -45,7 +45,7 @@ async fn admit(state: &Arc<NodeState>, target: u8, nonce: [u8; 32]) -> Result<()
         let path = allowance_path(&state.config);
         let a = state
             .recovery
-            .admit(&path, state.party, target, &nonce, now_ms())?;
+            .admit(&path, state.party.get(), target, &nonce, now_ms())?;
         tracing::info!(
             party = target,
             served = a.served,
@@ -72,31 +72,31 @@ async fn admit(state: &Arc<NodeState>, target: u8, nonce: [u8; 32]) -> Result<()
 /// stream's last item.
 pub async fn helper_stream(
     state: Arc<NodeState>,
-    caller: u8,
+    caller: PartyId,
     request: &RecoverRequest,
 ) -> Result<tokio::sync::mpsc::Receiver<Result<RecoverChunk, RecoveryError>>, RecoveryError> {
     let nonce = nonce_of(&request.nonce)?;
     let target = target_of(&state, caller)?;
     let (low, high) = helpers_of(target);
-    let secret = if state.party == low.get() {
-        admit(&state, caller, nonce).await?;
+    let secret = if state.party == low {
+        admit(&state, target.get(), nonce).await?;
         let secret = PadSecret::random(&mut OsRng);
-        offer_pad(&state, high.get(), caller, &nonce, &secret).await?;
+        offer_pad(&state, high.get(), target.get(), &nonce, &secret).await?;
         secret
     } else {
         // Refused before the wait where the answer is known already.
-        state.recovery.check_fresh(caller, &nonce)?;
+        state.recovery.check_fresh(target.get(), &nonce)?;
         allowance::check(
             &allowance_path(&state.config),
-            state.party,
-            caller,
+            state.party.get(),
+            target.get(),
             now_ms(),
         )?;
         let secret = state
             .recovery
-            .take_offer(caller, &nonce, low.get(), PAD_WAIT)
+            .take_offer(target.get(), &nonce, low.get(), PAD_WAIT)
             .await?;
-        admit(&state, caller, nonce).await?;
+        admit(&state, target.get(), nonce).await?;
         secret
     };
     let guard = state.apply_lock.clone().lock_owned().await;
@@ -110,7 +110,7 @@ pub async fn helper_stream(
                     Ok(sent) => sent.is_ok(),
                     Err(_) => {
                         tracing::warn!(
-                            caller,
+                            caller = caller.get(),
                             "recovery caller read nothing for a minute; stream closed"
                         );
                         false
@@ -169,31 +169,27 @@ async fn offer_pad(
 /// session served or offered before, or too many offers waiting.
 pub fn accept_pad(
     state: &NodeState,
-    from: u8,
+    from: PartyId,
     offer: &RecoveryPadOffer,
 ) -> Result<(), RecoveryError> {
     let target = u8::try_from(offer.target_party)
         .ok()
         .and_then(|p| PartyId::try_from(p).ok())
         .ok_or(RecoveryError::NotLowHelper)?;
-    if helpers_of(target) != (pid(from)?, pid(state.party)?) {
+    if helpers_of(target) != (from, state.party) {
         return Err(RecoveryError::NotLowHelper);
     }
     let nonce = nonce_of(&offer.nonce)?;
     let secret = PadSecret::try_from(offer.secret.as_slice())?;
     allowance::check(
         &allowance_path(&state.config),
-        state.party,
+        state.party.get(),
         target.get(),
         now_ms(),
     )?;
     state
         .recovery
         .offer(target.get(), &nonce, secret, Instant::now())
-}
-
-fn pid(p: u8) -> Result<PartyId, RecoveryError> {
-    PartyId::try_from(p).map_err(|_| RecoveryError::NotLowHelper)
 }
 
 /// Computes and sends the chunks; stops early if the caller hangs up.
@@ -204,7 +200,7 @@ fn send_contributions(
     secret: &PadSecret,
     send: &dyn Fn(Result<RecoverChunk, RecoveryError>) -> bool,
 ) -> Result<(), RecoveryError> {
-    let me = PartyId::try_from(state.party).map_err(|_| RecoveryError::SelfRecovery)?;
+    let me = state.party;
     let meta = state.store.meta()?;
     let seed = pad_seed(
         target,

@@ -183,7 +183,7 @@ mod tests {
             Err(RecoveryError::Allowance(_))
         ));
         s.check_fresh(2, &nonce)?;
-        let mut c = crate::config::NodeConfig::from_toml(&crate::keys::sample_config(0, 1))?;
+        let mut c = crate::keys::sample_node_config(0, 1);
         c.data_dir = dir.path().to_owned();
         allowance::allow_recovery(&c, 2, Duration::from_secs(60), 5)?;
         let now = crate::node::now_ms();

@@ -329,7 +329,7 @@ pub fn health(state: &NodeState) -> HealthCheckResponse {
     HealthCheckResponse {
         live: true,
         ready,
-        party_id: u32::from(state.party),
+        party_id: u32::from(state.party.get()),
         pending: state.pending_len() as u64,
         detail: if state.is_draining() {
             "shutting down".to_owned()

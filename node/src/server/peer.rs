@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
+use sdk_orb::PartyId;
 use shared_proto::v1::peer_service_server::PeerService;
 use shared_proto::v1::{
     BatchAbort, BatchAbortAck, BatchCommit, BatchCommitAck, BatchProposal, BatchVote,
@@ -33,7 +34,7 @@ impl PeerApi {
         Self { state, certs }
     }
 
-    fn caller<T>(&self, req: &Request<T>) -> Result<u8, Status> {
+    fn caller<T>(&self, req: &Request<T>) -> Result<PartyId, Status> {
         let certs = crate::tls::client_certs(req)
             .ok_or_else(|| Status::unauthenticated("no client certificate"))?;
         let first = certs
@@ -45,7 +46,7 @@ impl PeerApi {
     }
 
     fn require_party0<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        match self.caller(req)? {
+        match self.caller(req)?.get() {
             0 => Ok(()),
             p => Err(Status::permission_denied(format!(
                 "only party 0 coordinates batches; caller is party {p}"
@@ -63,10 +64,13 @@ impl PeerService for PeerApi {
         request: Request<BatchProposal>,
     ) -> Result<Response<BatchVote>, Status> {
         self.require_party0(&request)?;
-        if self.state.party == 0 {
+        if self.state.party.get() == 0 {
             return Err(Status::failed_precondition("party 0 does not vote"));
         }
-        coordinator::vote(&self.state, request.get_ref())
+        let proposal = request.into_inner();
+        self.state
+            .store_call(move |s| coordinator::vote(s, &proposal))
+            .await
             .map(Response::new)
             .map_err(|e| Status::internal(e.to_string()))
     }
@@ -131,8 +135,8 @@ impl PeerService for PeerApi {
         let id = request.get_ref().batch_id;
         let b = self
             .state
-            .store
-            .batch(id)
+            .store_call(move |s| s.store.batch(id))
+            .await
             .map_err(|e| Status::internal(e.to_string()))?
             .ok_or_else(|| Status::not_found(format!("batch {id} is not in the batch log")))?;
         let commit = <BatchCommit as prost::Message>::decode(b.commit.as_slice())
@@ -147,8 +151,9 @@ impl PeerService for PeerApi {
         request: Request<RecoverRequest>,
     ) -> Result<Response<Self::RecoverSharesStream>, Status> {
         // The caller recovers its own shares only: its party id comes from its certificate.
-        let party = self.caller(&request)?;
-        let chunks = crate::recovery::helper_stream(self.state.clone(), party, request.get_ref())
+        let caller = self.caller(&request)?;
+        let party = caller.get();
+        let chunks = crate::recovery::helper_stream(self.state.clone(), caller, request.get_ref())
             .await
             .map_err(|e| {
                 tracing::warn!(party, error = %e, "recovery request refused");
@@ -174,7 +179,7 @@ impl PeerService for PeerApi {
         let from = self.caller(&request)?;
         let target = request.get_ref().target_party;
         crate::recovery::accept_pad(&self.state, from, request.get_ref()).map_err(|e| {
-            tracing::warn!(from, target, error = %e, "recovery pad refused");
+            tracing::warn!(from = from.get(), target, error = %e, "recovery pad refused");
             recovery_status(e)
         })?;
         Ok(Response::new(RecoveryPadAck {}))
@@ -184,7 +189,7 @@ impl PeerService for PeerApi {
         // A configured peer's certificate only: strangers learn nothing, not even the party id.
         self.caller(&request)?;
         Ok(Response::new(PingResponse {
-            party_id: u32::from(self.state.party),
+            party_id: u32::from(self.state.party.get()),
         }))
     }
 }

@@ -42,18 +42,23 @@ pub struct MigrateReport {
     pub fingerprint: [u8; 32],
 }
 
-/// Copies the redb store in `from` into an empty PostgreSQL schema and verifies it.
-/// Run it with the node stopped.
+/// Copies the redb store in `from` into an empty PostgreSQL schema and verifies it, with
+/// the destination's connections on `rt` (call it from a thread that may block, as
+/// [`PgStore::open`]). Run it with the node stopped.
 ///
 /// # Errors
 /// Either store fails, the destination is not empty, or the copy differs.
-pub fn redb_to_postgres(from: &Path, to: &PgOptions) -> Result<MigrateReport, MigrateError> {
+pub fn redb_to_postgres(
+    from: &Path,
+    to: &PgOptions,
+    rt: tokio::runtime::Handle,
+) -> Result<MigrateReport, MigrateError> {
     let start = Instant::now();
     if !from.join("node.redb").exists() {
         return Err(StoreError::Backend(format!("no node.redb in {}", from.display())).into());
     }
     let src = RedbStore::open(from)?;
-    let dst = PgStore::open(to)?;
+    let dst = PgStore::open(to, rt)?;
     if dst.share_count()? != 0 || !dst.summary()?.requests.is_empty() || dst.batch(1)?.is_some() {
         return Err(MigrateError::NotEmpty);
     }

@@ -1,10 +1,12 @@
 //! The PostgreSQL implementation of [`Store`], for production.
 //!
-//! The trait is synchronous and is called from async tasks as well as
-//! blocking ones, so the store drives `tokio-postgres` on its own runtime
-//! (on a thread it owns) and each method waits on a std channel for the
-//! answer: the caller's runtime is never asked to block. A small pool of
-//! connections lets readers proceed while a batch commits.
+//! The trait is synchronous, as the redb store is, and the service calls it
+//! from blocking threads (`spawn_blocking`). Queries run on the service's own
+//! tokio runtime, through the [`Handle`] the store is given, and each method
+//! waits with [`Handle::block_on`]: one runtime, one sync/async seam. A
+//! synchronous client (`postgres`, `r2d2_postgres`) was not chosen: it runs a
+//! private runtime per connection. Connections come from a `deadpool-postgres`
+//! pool, so readers proceed while a batch commits.
 //!
 //! Tables mirror the redb store, byte for byte, so [`Store::fingerprint`]
 //! is equal across backends for equal contents. Every connection runs with
@@ -15,17 +17,18 @@
 //! `verify-full`); there is no unverified TLS mode.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
 use futures::{pin_mut, StreamExt};
 use prost::Message;
 use sha2::{Digest, Sha256};
-use tokio::sync::{Mutex, Semaphore};
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
@@ -57,10 +60,6 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 const LAST_APPLIED: &str = "last_applied_batch";
 const NEXT_SERIAL: &str = "next_serial";
 
-/// Shares per message from the loading task to the caller.
-const LOAD_CHUNK: usize = 1024;
-/// Chunks in flight while loading (bounds memory).
-const LOAD_CREDIT: usize = 4;
 /// Rows per multi-row insert when copying shares.
 pub const INSERT_CHUNK: usize = 1000;
 
@@ -279,27 +278,15 @@ pub fn check_plaintext_is_local(url: &str) -> Result<(), PgTlsError> {
     Ok(())
 }
 
-/// How connections are made: built once, reused on reconnects.
-#[derive(Clone)]
-enum Connector {
-    Plain,
-    Tls(MakeRustlsConnect),
-}
-
-impl Connector {
-    fn new(tls: &PgTls) -> Result<Self, PgTlsError> {
-        let PgTls::Require { ca } = tls else {
-            return Ok(Self::Plain);
-        };
-        // TLS 1.3 only, ring, as the node's other TLS (crate::tls).
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_root_certificates(load_ca(ca)?)
-        .with_no_client_auth();
-        Ok(Self::Tls(MakeRustlsConnect::new(config)))
-    }
+/// The TLS connector for `tls`: TLS 1.3 only, ring, as the node's other TLS (crate::tls).
+fn tls_connector(ca: &Path) -> Result<MakeRustlsConnect, PgTlsError> {
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])?
+    .with_root_certificates(load_ca(ca)?)
+    .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
 }
 
 /// Whether `s` is a plain lower-case identifier (schema names are spliced into SQL).
@@ -311,94 +298,85 @@ pub fn valid_schema_name(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
-struct Inner {
-    conns: Vec<Mutex<Client>>,
-    next: AtomicUsize,
-    schema: String,
-    // Kept for reconnecting; never logged (it may hold a password).
-    url: String,
-    connector: Connector,
+/// A pool of connections to `url` whose sessions search `schema`. Connections open on first
+/// use; one the server closed (a restart or failover) is replaced on the next checkout, so
+/// the node recovers without a restart of its own.
+fn pool(opts: &PgOptions, search_path: &str) -> Result<Pool, StoreError> {
+    if !valid_schema_name(&opts.schema) {
+        return Err(StoreError::Backend(
+            "schema name must match [a-z_][a-z0-9_]*".to_owned(),
+        ));
+    }
+    check_url(&opts.url, &opts.tls)?;
+    let mut cfg = parse_url(&opts.url)?;
+    // Set at startup, so every connection the pool opens has them: commits are flushed
+    // before they return, and unqualified names are the schema's (a valid name needs no
+    // quoting).
+    let session = format!("-c synchronous_commit=on -c search_path={search_path}");
+    let options = match cfg.get_options() {
+        Some(own) => format!("{own} {session}"),
+        None => session,
+    };
+    cfg.options(&options)
+        .application_name(format!("ocelli/{}", opts.schema));
+    let manager = ManagerConfig {
+        recycling_method: RecyclingMethod::Fast,
+    };
+    // The configured mode wins over the URL's default `prefer`, which would fall back to
+    // plaintext when the server offers no TLS.
+    let manager = match &opts.tls {
+        PgTls::Disable => {
+            cfg.ssl_mode(SslMode::Disable);
+            Manager::from_config(cfg, NoTls, manager)
+        }
+        PgTls::Require { ca } => {
+            cfg.ssl_mode(SslMode::Require);
+            Manager::from_config(cfg, tls_connector(ca)?, manager)
+        }
+    };
+    Pool::builder(manager)
+        .max_size(opts.pool_size.max(1))
+        .build()
+        .map_err(be)
 }
 
-impl Inner {
-    /// A connection, reconnected first if the server closed it (a restart
-    /// or failover), so the node recovers without a restart of its own.
-    async fn conn(&self) -> Result<tokio::sync::MutexGuard<'_, Client>, StoreError> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        let mut c = self.conns[i].lock().await;
-        if c.is_closed() {
-            *c = connect(&self.url, &self.connector, &self.schema).await?;
-            tracing::info!(schema = %self.schema, "store connection re-established");
+/// Waits for `fut` on `rt`. The service calls from blocking threads, where this is
+/// `Handle::block_on`; a call from an async task of a multi-thread runtime (a test body, a
+/// missed `spawn_blocking`) first hands that worker's other tasks off, so it blocks one task
+/// rather than panicking.
+fn wait_on<T>(rt: &Handle, fut: impl Future<Output = T>) -> T {
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| rt.block_on(fut))
         }
-        Ok(c)
+        _ => rt.block_on(fut),
     }
 }
 
 /// A node's store in a PostgreSQL schema.
 pub struct PgStore {
-    inner: Arc<Inner>,
-    rt: tokio::runtime::Handle,
-    // Dropping it ends the runtime's thread, which drops the runtime there
-    // (a runtime must not be dropped inside an async context).
-    _stop: std::sync::mpsc::SyncSender<()>,
+    pool: Pool,
+    schema: String,
+    rt: Handle,
 }
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgStore")
-            .field("schema", &self.inner.schema)
-            .field("connections", &self.inner.conns.len())
+            .field("schema", &self.schema)
+            .field("connections", &self.pool.status().max_size)
             .finish_non_exhaustive()
     }
-}
-
-fn start_runtime() -> Result<(tokio::runtime::Handle, mpsc::SyncSender<()>), StoreError> {
-    let (stop_tx, stop_rx) = mpsc::sync_channel::<()>(0);
-    let (h_tx, h_rx) = mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("ocelli-store".to_owned())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("ocelli-store-io")
-                .enable_all()
-                .build();
-            match rt {
-                Ok(rt) => {
-                    let _ = h_tx.send(Ok(rt.handle().clone()));
-                    // Returns when the store is dropped.
-                    let _ = stop_rx.recv();
-                    rt.shutdown_background();
-                }
-                Err(e) => {
-                    let _ = h_tx.send(Err(be(e)));
-                }
-            }
-        })
-        .map_err(be)?;
-    let handle = h_rx
-        .recv()
-        .map_err(|_| StoreError::Backend("store runtime did not start".to_owned()))??;
-    Ok((handle, stop_tx))
-}
-
-fn run_on<T: Send + 'static>(
-    rt: &tokio::runtime::Handle,
-    fut: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
-) -> Result<T, StoreError> {
-    let (tx, rx) = mpsc::sync_channel(1);
-    rt.spawn(async move {
-        let _ = tx.send(fut.await);
-    });
-    rx.recv()
-        .map_err(|_| StoreError::Backend("store runtime stopped".to_owned()))?
 }
 
 /// A failed connection attempt with its causes: tokio-postgres's own message
 /// says only "error performing TLS handshake" or "db error". The causes name
 /// neither the URL nor the password.
-fn connect_err(e: tokio_postgres::Error) -> StoreError {
+fn connect_err(e: PoolError) -> StoreError {
     use std::error::Error as _;
+    let PoolError::Backend(e) = e else {
+        return be(e);
+    };
     // tokio-rustls wraps rustls's error in an io::Error.
     let rustls = e
         .source()
@@ -418,53 +396,7 @@ fn connect_err(e: tokio_postgres::Error) -> StoreError {
     StoreError::Backend(m)
 }
 
-fn spawn_connection<S, T>(connection: tokio_postgres::Connection<S, T>)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!(error = %e, "store connection closed");
-        }
-    });
-}
-
-async fn connect(url: &str, connector: &Connector, schema: &str) -> Result<Client, StoreError> {
-    let mut cfg = parse_url(url)?;
-    // The configured mode wins over the URL's default `prefer`, which would
-    // fall back to plaintext when the server offers no TLS.
-    let client = match connector {
-        Connector::Plain => {
-            let (client, connection) = cfg
-                .ssl_mode(SslMode::Disable)
-                .connect(NoTls)
-                .await
-                .map_err(connect_err)?;
-            spawn_connection(connection);
-            client
-        }
-        Connector::Tls(tls) => {
-            let (client, connection) = cfg
-                .ssl_mode(SslMode::Require)
-                .connect(tls.clone())
-                .await
-                .map_err(connect_err)?;
-            spawn_connection(connection);
-            client
-        }
-    };
-    client
-        .batch_execute(&format!(
-            "SET synchronous_commit = on; SET search_path TO \"{schema}\";
-             SET application_name TO 'ocelli/{schema}';"
-        ))
-        .await
-        .map_err(be)?;
-    Ok(client)
-}
-
-async fn migrate(client: &mut Client, schema: &str) -> Result<(), StoreError> {
+async fn migrate(client: &mut Object, schema: &str) -> Result<(), StoreError> {
     let txn = client.transaction().await.map_err(be)?;
     // One migrator at a time per database.
     txn.execute("SELECT pg_advisory_xact_lock(7261001)", &[])
@@ -507,57 +439,40 @@ async fn migrate(client: &mut Client, schema: &str) -> Result<(), StoreError> {
 }
 
 impl PgStore {
-    /// Connects, creates or migrates the schema and opens the pool.
+    /// Connects, creates or migrates the schema and opens the pool, whose connections run
+    /// on `rt`. Call it, and every method, from a thread that may block (not a task of an
+    /// async runtime: `spawn_blocking`, or a thread outside the runtime); a current-thread
+    /// `rt` must be driven by another thread meanwhile.
     ///
     /// # Errors
     /// Unreachable server, TLS that cannot be set up or whose handshake fails
     /// (the server's certificate not from the CA or not naming the host), bad
     /// schema name, a schema newer than this binary.
-    pub fn open(opts: &PgOptions) -> Result<Self, StoreError> {
-        if !valid_schema_name(&opts.schema) {
-            return Err(StoreError::Backend(
-                "schema name must match [a-z_][a-z0-9_]*".to_owned(),
-            ));
-        }
-        check_url(&opts.url, &opts.tls)?;
-        let connector = Connector::new(&opts.tls)?;
-        let (rt, stop) = start_runtime()?;
-        let url = opts.url.clone();
-        let schema = opts.schema.clone();
-        let pool = opts.pool_size.max(1);
-        let inner = run_on(&rt, async move {
-            let mut first = connect(&url, &connector, "public").await?;
-            migrate(&mut first, &schema).await?;
-            first
-                .batch_execute(&format!("SET search_path TO \"{schema}\";"))
-                .await
-                .map_err(be)?;
-            let mut conns = vec![Mutex::new(first)];
-            for _ in 1..pool {
-                conns.push(Mutex::new(connect(&url, &connector, &schema).await?));
-            }
-            Ok(Inner {
-                conns,
-                next: AtomicUsize::new(0),
-                schema,
-                url,
-                connector,
-            })
-        })?;
-        Ok(Self {
-            inner: Arc::new(inner),
+    pub fn open(opts: &PgOptions, rt: Handle) -> Result<Self, StoreError> {
+        let store = Self {
+            pool: pool(opts, &opts.schema)?,
+            schema: opts.schema.clone(),
             rt,
-            _stop: stop,
-        })
+        };
+        store.run(async {
+            let mut c = store.conn().await?;
+            migrate(&mut c, &store.schema).await?;
+            // The whole pool now, held together so each is a connection of its own: a
+            // server that refuses some fails the start, not a later batch.
+            let more = (1..opts.pool_size).map(|_| store.conn());
+            futures::future::try_join_all(more).await.map(drop)
+        })?;
+        Ok(store)
     }
 
-    fn run<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(Arc<Inner>) -> Fut,
-        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
-    {
-        run_on(&self.rt, f(self.inner.clone()))
+    /// Waits for `fut` on the service's runtime (the one sync/async seam).
+    fn run<T>(&self, fut: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        wait_on(&self.rt, fut)
+    }
+
+    /// A pooled connection.
+    async fn conn(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(connect_err)
     }
 
     /// Writes shares batch-wise (multi-row upserts of [`INSERT_CHUNK`] rows,
@@ -566,8 +481,8 @@ impl PgStore {
     /// # Errors
     /// Backend failure (nothing is written then).
     pub fn put_shares(&self, rows: Vec<(SerialId, StoredShares)>) -> Result<(), StoreError> {
-        self.run(move |inner| async move {
-            let mut c = inner.conn().await?;
+        self.run(async {
+            let mut c = self.conn().await?;
             let txn = c.transaction().await.map_err(be)?;
             for chunk in rows.chunks(INSERT_CHUNK) {
                 let serials = chunk
@@ -587,8 +502,8 @@ impl PgStore {
     /// # Errors
     /// Backend failure (nothing is written then).
     pub fn put_raw(&self, rows: RawRows) -> Result<(), StoreError> {
-        self.run(move |inner| async move {
-            let mut c = inner.conn().await?;
+        self.run(async {
+            let mut c = self.conn().await?;
             let txn = c.transaction().await.map_err(be)?;
             for (table, col, key) in [
                 ("requests", "record", &rows.requests),
@@ -623,7 +538,7 @@ impl PgStore {
                 set_meta(&txn, k, *v).await?;
             }
             if let Some(a) = &rows.attestation {
-                set_attestation(&txn, a).await?;
+                set_attestation(&*txn, a).await?;
             }
             txn.commit().await.map_err(be)
         })
@@ -705,8 +620,8 @@ impl Store for PgStore {
         let id = id.0.to_vec();
         let record = record.encode_to_vec();
         let envelope = envelope.to_vec();
-        self.run(move |inner| async move {
-            let mut c = inner.conn().await?;
+        self.run(async {
+            let mut c = self.conn().await?;
             let txn = c.transaction().await.map_err(be)?;
             let n = txn
                 .execute(
@@ -732,8 +647,8 @@ impl Store for PgStore {
 
     fn request(&self, id: &RequestId) -> Result<Option<RequestRecord>, StoreError> {
         let id = id.0.to_vec();
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
+        self.run(async {
+            let c = self.conn().await?;
             let row = c
                 .query_opt("SELECT record FROM requests WHERE id = $1", &[&id])
                 .await
@@ -743,8 +658,8 @@ impl Store for PgStore {
     }
 
     fn pending_requests(&self) -> Result<Vec<(RequestId, RequestRecord)>, StoreError> {
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
+        self.run(async {
+            let c = self.conn().await?;
             let rows = c
                 .query(
                     "SELECT e.id, r.record FROM pending_envelopes e LEFT JOIN requests r
@@ -769,8 +684,8 @@ impl Store for PgStore {
 
     fn envelope(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError> {
         let id = id.0.to_vec();
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
+        self.run(async {
+            let c = self.conn().await?;
             let row = c
                 .query_opt(
                     "SELECT envelope FROM pending_envelopes WHERE id = $1",
@@ -805,8 +720,8 @@ impl Store for PgStore {
             None => None,
         };
         let next_serial = w.next_serial;
-        self.run(move |inner| async move {
-            let mut c = inner.conn().await?;
+        self.run(async {
+            let mut c = self.conn().await?;
             let txn = c.transaction().await.map_err(be)?;
             if !finals.is_empty() {
                 let ids: Vec<&[u8]> = finals.keys().map(Vec::as_slice).collect();
@@ -864,8 +779,8 @@ impl Store for PgStore {
 
     fn result(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError> {
         let id = id.0.to_vec();
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
+        self.run(async {
+            let c = self.conn().await?;
             let row = c
                 .query_opt("SELECT signed_result FROM results WHERE id = $1", &[&id])
                 .await
@@ -878,8 +793,8 @@ impl Store for PgStore {
         let Ok(id) = i64::try_from(batch_id) else {
             return Ok(None);
         };
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
+        self.run(async {
+            let c = self.conn().await?;
             let Some(row) = c
                 .query_opt(
                     "SELECT results_digest, commit FROM batches WHERE batch_id = $1",
@@ -901,15 +816,15 @@ impl Store for PgStore {
     }
 
     fn meta(&self) -> Result<Meta, StoreError> {
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
-            meta_of(&*c).await
+        self.run(async {
+            let c = self.conn().await?;
+            meta_of(&**c).await
         })
     }
 
     fn attestation(&self) -> Result<Option<Attestation>, StoreError> {
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
+        self.run(async {
+            let c = self.conn().await?;
             let row = c
                 .query_opt("SELECT record FROM attestation WHERE id = 1", &[])
                 .await
@@ -920,15 +835,15 @@ impl Store for PgStore {
 
     fn record_attestation(&self, a: &Attestation) -> Result<(), StoreError> {
         let a = *a;
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
-            set_attestation(&*c, &a).await
+        self.run(async {
+            let c = self.conn().await?;
+            set_attestation(&**c, &a).await
         })
     }
 
     fn share_count(&self) -> Result<u64, StoreError> {
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
+        self.run(async {
+            let c = self.conn().await?;
             let n: i64 = c
                 .query_one("SELECT count(*) FROM shares", &[])
                 .await
@@ -939,58 +854,29 @@ impl Store for PgStore {
     }
 
     fn for_each_share(&self, f: &mut dyn FnMut(SerialId, StoredShares)) -> Result<(), StoreError> {
-        // Rows stream from the server in chunks; the credit semaphore keeps at
-        // most LOAD_CREDIT chunks between the reader and `f`.
-        type Chunk = Result<Vec<(SerialId, StoredShares)>, StoreError>;
-        let (tx, rx) = mpsc::channel::<Chunk>();
-        let credit = Arc::new(Semaphore::new(LOAD_CREDIT));
-        let task_credit = credit.clone();
-        let inner = self.inner.clone();
-        self.rt.spawn(async move {
-            let read = async {
-                let c = inner.conn().await?;
-                let params: [&(dyn ToSql + Sync); 0] = [];
-                let stream = c
-                    .query_raw("SELECT serial, entry FROM shares ORDER BY serial", params)
-                    .await
-                    .map_err(be)?;
-                pin_mut!(stream);
-                let mut chunk = Vec::with_capacity(LOAD_CHUNK);
-                while let Some(row) = stream.next().await {
-                    let row = row.map_err(be)?;
-                    let serial = to_u64(row.get(0), "shares")?;
-                    let s = StoredShares::try_from(row.get::<_, &[u8]>(1))
-                        .map_err(|_| StoreError::Corrupt("shares"))?;
-                    chunk.push((SerialId(serial), s));
-                    if chunk.len() == LOAD_CHUNK {
-                        let permit = task_credit.acquire().await.map_err(be)?;
-                        permit.forget();
-                        if tx.send(Ok(std::mem::take(&mut chunk))).is_err() {
-                            return Ok(());
-                        }
-                    }
-                }
-                if !chunk.is_empty() {
-                    let _ = tx.send(Ok(chunk));
-                }
-                Ok(())
-            };
-            if let Err(e) = read.await {
-                let _ = tx.send(Err(e));
+        // Rows stream from the server as `f` takes them, so memory stays bounded.
+        self.run(async {
+            let c = self.conn().await?;
+            let params: [&(dyn ToSql + Sync); 0] = [];
+            let stream = c
+                .query_raw("SELECT serial, entry FROM shares ORDER BY serial", params)
+                .await
+                .map_err(be)?;
+            pin_mut!(stream);
+            while let Some(row) = stream.next().await {
+                let row = row.map_err(be)?;
+                let serial = to_u64(row.get(0), "shares")?;
+                let s = StoredShares::try_from(row.get::<_, &[u8]>(1))
+                    .map_err(|_| StoreError::Corrupt("shares"))?;
+                f(SerialId(serial), s);
             }
-        });
-        for chunk in rx {
-            for (id, s) in chunk? {
-                f(id, s);
-            }
-            credit.add_permits(1);
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     fn fingerprint(&self) -> Result<[u8; 32], StoreError> {
-        self.run(move |inner| async move {
-            let mut c = inner.conn().await?;
+        self.run(async {
+            let mut c = self.conn().await?;
             let txn = c
                 .build_transaction()
                 .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -1069,8 +955,8 @@ impl Store for PgStore {
 
     fn summary(&self) -> Result<StoreSummary, StoreError> {
         use shared_proto::v1::SignedResult;
-        self.run(move |inner| async move {
-            let mut c = inner.conn().await?;
+        self.run(async {
+            let mut c = self.conn().await?;
             let txn = c
                 .build_transaction()
                 .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -1115,7 +1001,7 @@ impl Store for PgStore {
             {
                 s.serials.push(to_u64(row.get(0), "shares")?);
             }
-            let m = meta_of(&txn).await?;
+            let m = meta_of(&*txn).await?;
             txn.commit().await.map_err(be)?;
             s.last_applied_batch = m.last_applied_batch;
             s.next_serial = m.next_serial;
@@ -1124,14 +1010,14 @@ impl Store for PgStore {
     }
 
     fn size_bytes(&self) -> u64 {
-        self.run(move |inner| async move {
-            let c = inner.conn().await?;
+        self.run(async {
+            let c = self.conn().await?;
             let n: i64 = c
                 .query_one(
                     "SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint
                      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                      WHERE n.nspname = $1 AND c.relkind = 'r'",
-                    &[&inner.schema],
+                    &[&self.schema],
                 )
                 .await
                 .map_err(be)?
@@ -1163,24 +1049,20 @@ async fn meta_of<C: tokio_postgres::GenericClient>(c: &C) -> Result<Meta, StoreE
     Ok(m)
 }
 
-/// Drops a schema and everything in it (tests and `local-cluster` resets).
+/// Drops a schema and everything in it (tests and `local-cluster` resets), through a
+/// connection on `rt` (called as [`PgStore::open`] is).
 ///
 /// # Errors
 /// Unreachable server or bad schema name.
-pub fn drop_schema(opts: &PgOptions) -> Result<(), StoreError> {
-    if !valid_schema_name(&opts.schema) {
-        return Err(StoreError::Backend(
-            "schema name must match [a-z_][a-z0-9_]*".to_owned(),
-        ));
-    }
-    let connector = Connector::new(&opts.tls)?;
-    let (rt, _stop) = start_runtime()?;
-    let url = opts.url.clone();
-    let schema = opts.schema.clone();
-    run_on(&rt, async move {
-        let c = connect(&url, &connector, "public").await?;
-        c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .await
-            .map_err(be)
+pub fn drop_schema(opts: &PgOptions, rt: &Handle) -> Result<(), StoreError> {
+    let pool = pool(opts, "public")?;
+    wait_on(rt, async {
+        let c = pool.get().await.map_err(connect_err)?;
+        c.batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+            opts.schema
+        ))
+        .await
+        .map_err(be)
     })
 }

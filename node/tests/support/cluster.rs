@@ -1,5 +1,7 @@
 //! Three real nodes in this process: keygen-made certificates, TLS, redb
-//! stores in a temporary directory, listeners on 127.0.0.1 port 0.
+//! stores in a temporary directory, listeners on 127.0.0.1 port 0. Each node
+//! is the library's [`RunningNode`] (what `LocalCluster` runs), started,
+//! stopped and restarted one at a time here.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
@@ -9,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use ocelli_node::batch::BatchEvaluator;
 use ocelli_node::client::OrbClient;
+use ocelli_node::cluster::RunningNode;
 use ocelli_node::config::NodeConfig;
-use ocelli_node::keys::{keygen, read_key32, sample_config, KeygenOptions, KeygenOutput};
+use ocelli_node::keys::{keygen, read_key32, sample_node_config, KeygenOptions, KeygenOutput};
 use ocelli_node::node::{now_ms, NodeState};
-use ocelli_node::server::{self, Listeners};
+use ocelli_node::server::Listeners;
 use ocelli_node::store::StoreSummary;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -20,22 +23,14 @@ use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
 use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
 use sdk_orb::{RequestId, RequestType};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-pub struct Running {
-    pub state: Arc<NodeState>,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), ocelli_node::node::StartError>>,
-}
 
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub keys: KeygenOutput,
     pub configs: Vec<NodeConfig>,
-    pub nodes: Vec<Option<Running>>,
+    pub nodes: Vec<Option<RunningNode>>,
     pub orb: OrbSigningKey,
     pub node_keys: NodePublicKeys,
     pub evaluator: Arc<dyn BatchEvaluator>,
@@ -82,7 +77,7 @@ pub fn configs_for(
     let run = rand::random::<u64>();
     let mut configs = Vec::new();
     for party in 0u8..3 {
-        let mut c = NodeConfig::from_toml(&sample_config(party, 1))?;
+        let mut c = sample_node_config(party, 1);
         c.resolve_paths(&keys.dir);
         c.data_dir = dir.join(format!("data{party}"));
         let (o, p, m) = addrs[party as usize];
@@ -218,19 +213,13 @@ impl Cluster {
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         };
-        let (stop, rx) = oneshot::channel();
-        let task = tokio::spawn(server::run(state.clone(), listeners, async move {
-            let _ = rx.await;
-        }));
-        self.nodes[i] = Some(Running { state, stop, task });
+        self.nodes[i] = Some(RunningNode::serve(state, listeners));
         Ok(())
     }
 
     pub async fn stop_node(&mut self, i: usize) -> Res {
         if let Some(r) = self.nodes[i].take() {
-            let _ = r.stop.send(());
-            r.task.await??;
-            drop(r.state);
+            r.stop().await?;
         }
         Ok(())
     }
@@ -254,7 +243,7 @@ impl Cluster {
     }
 
     pub fn state(&self, i: usize) -> &Arc<NodeState> {
-        &self.nodes[i].as_ref().expect("node running").state
+        self.nodes[i].as_ref().expect("node running").state()
     }
 
     /// Gateway 0's client of node `i`.

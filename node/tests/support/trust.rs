@@ -328,7 +328,10 @@ pub fn attest_as(c: &Cluster, party: u8, key_of: u8, digest: &[u8; 32]) -> Res<B
     Ok(BatchSignature {
         party_id: u32::from(party),
         signature: key
-            .sign(&batch_signing_message(party, digest))
+            .sign(&batch_signing_message(
+                sdk_orb::PartyId::try_from(party)?,
+                digest,
+            ))
             .to_bytes()
             .to_vec(),
     })
