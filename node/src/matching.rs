@@ -309,6 +309,7 @@ impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
             ctx,
             &public,
             &mut pipeline_requests,
+            self.pipeline.max_pass_comparisons,
         )?;
         let checked = session.traffic();
         tracing::info!(
@@ -354,14 +355,14 @@ fn check_shares<C: ocelli_mpc::circuit::Circuit>(
     ctx: &EvalContext<'_>,
     public: &[PublicRequest],
     pipeline_requests: &mut [ocelli_mpc::pipeline::PipelineRequest<'_>],
+    max_pass_comparisons: usize,
 ) -> Result<Vec<bool>, EvalError> {
     let started = std::time::Instant::now();
-    let refused = refuse_malformed(circuit, public, pipeline_requests).map_err(|source| {
-        EvalError::Network {
+    let refused = refuse_malformed(circuit, public, pipeline_requests, max_pass_comparisons)
+        .map_err(|source| EvalError::Network {
             batch_id: ctx.batch_id,
             source,
-        }
-    })?;
+        })?;
     let count = refused.iter().filter(|&&r| r).count();
     if count > 0 {
         tracing::warn!(

@@ -563,7 +563,7 @@ pub fn run<B: Backend, P: ComparisonPlace>(
 
     progress("random shares");
     // Random shares cost the engines exactly what real ones do.
-    let mut db = MatchDb::new();
+    let mut db = crate::advised_db();
     for d in 0..n {
         db.push(d as u64 + 1, &random_shares(&mut rng));
     }

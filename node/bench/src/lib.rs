@@ -18,6 +18,13 @@ pub mod plaintext;
 pub mod self_check;
 pub mod timing;
 
+/// An empty share database whose allocations are advised to use huge pages, as a node's is
+/// (`ocelli_node::shares::ShareDb`): the backends stream it, and without the advice its rows
+/// cost TLB misses a node does not pay.
+pub fn advised_db() -> MatchDb {
+    MatchDb::new().with_storage_advice(ocelli_os::advise_huge_pages::<u16>)
+}
+
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -322,7 +329,7 @@ pub fn resident_bytes_per_enrolled(people: usize) -> Option<f64> {
     let mut rng = ChaCha20Rng::seed_from_u64(20_000);
     let person = synthetic::random_shares(&mut rng);
     let before = resident_bytes()?;
-    let mut db = MatchDb::new();
+    let mut db = advised_db();
     for serial in 1..=people as u64 {
         db.push(serial, &person);
     }
@@ -377,7 +384,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     drop((queries_code, queries_mask, db_code, db_mask, out));
 
     progress("dot-product phase, rotation groups");
-    let mut share_db = MatchDb::new();
+    let mut share_db = advised_db();
     for serial in 1..=n as u64 {
         share_db.push(serial, &synthetic::random_shares(&mut rng));
     }
@@ -432,7 +439,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let pipeline_config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
     let dbs: Vec<MatchDb> = (0..3)
         .map(|i| {
-            let mut db = MatchDb::new();
+            let mut db = advised_db();
             for (d, person) in shares[..n].iter().enumerate() {
                 db.push(d as u64 + 1, &person[i]);
             }

@@ -182,7 +182,7 @@ pub fn self_check<B: Backend, P: ComparisonPlace>(
     let (enrolled_shares, query_shares) = (share(&mut rng, &enrolled), share(&mut rng, &queries));
     let dbs: Vec<MatchDb> = (0..3)
         .map(|i| {
-            let mut db = MatchDb::new();
+            let mut db = crate::advised_db();
             for (d, shares) in enrolled_shares.iter().enumerate() {
                 db.push(d as u64 + 1, &shares[i]);
             }

@@ -42,7 +42,9 @@ fn main() {
         .map(|_| CpuEngine::with(kernel, 1).expect("one thread starts"))
         .collect();
     let config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
-    let mut dbs: Vec<MatchDb> = (0..3).map(|_| MatchDb::new()).collect();
+    let mut dbs: Vec<MatchDb> = (0..3)
+        .map(|_| MatchDb::new().with_storage_advice(ocelli_os::advise_huge_pages::<u16>))
+        .collect();
     println!("kernel {}, {batches} batches of {BATCH}", kernel.name());
     // (comparisons, CPU seconds) per batch.
     let mut runs = Vec::with_capacity(batches);

@@ -20,7 +20,7 @@ const ENROLLED: usize = 2048;
 
 fn bench(c: &mut Criterion) {
     let mut rng = ChaCha20Rng::seed_from_u64(1);
-    let mut db = MatchDb::new();
+    let mut db = MatchDb::new().with_storage_advice(ocelli_os::advise_huge_pages::<u16>);
     for serial in 1..=ENROLLED as u64 {
         db.push(serial, &synthetic::random_shares(&mut rng));
     }

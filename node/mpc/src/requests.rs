@@ -11,7 +11,7 @@ use crate::circuit::Circuit;
 use crate::db::MatchDb;
 use crate::network::NetworkError;
 use crate::pipeline::{MatchResult, PairRules, PipelineRequest, Target};
-use crate::wellformed::well_formed;
+use crate::wellformed::{well_formed, CHECKS_PER_PERSON};
 
 /// An enrolment serial id (assigned identically by the three nodes, from 1).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -198,7 +198,10 @@ pub fn shares_checked(r: &PublicRequest) -> bool {
 /// [`shares_checked`], in batch order, and neutralises each request that fails: matched against
 /// nothing, no enrolment candidate. Returns which requests were refused; [`mark_malformed`]
 /// gives them their outcome. Every party calls it with the same requests, so all run the same
-/// rounds and refuse the same requests. Runs no round when no request stores shares.
+/// rounds and refuse the same requests. Runs no round when no request's shares are checked.
+/// The people are checked in runs of at most `max_pass_comparisons` comparisons (at least one
+/// person a run), as a pipeline pass is bounded, so memory and message sizes stay within the
+/// pipeline's bound whatever the batch size.
 ///
 /// # Errors
 /// Transport failures; then no result of the batch may be used.
@@ -206,6 +209,7 @@ pub fn refuse_malformed<C: Circuit>(
     circuit: &mut C,
     requests: &[PublicRequest],
     pipeline_requests: &mut [PipelineRequest<'_>],
+    max_pass_comparisons: usize,
 ) -> Result<Vec<bool>, NetworkError> {
     assert_eq!(requests.len(), pipeline_requests.len());
     let checked: Vec<usize> = (0..requests.len())
@@ -215,7 +219,11 @@ pub fn refuse_malformed<C: Circuit>(
         .iter()
         .map(|&j| pipeline_requests[j].shares)
         .collect();
-    let passed = well_formed(circuit, &people)?;
+    let per_run = (max_pass_comparisons / CHECKS_PER_PERSON).max(1);
+    let mut passed = Vec::with_capacity(people.len());
+    for run in people.chunks(per_run) {
+        passed.extend(well_formed(circuit, run)?);
+    }
     let mut refused = vec![false; requests.len()];
     for (&j, ok) in checked.iter().zip(passed) {
         if !ok {
@@ -266,4 +274,64 @@ pub fn comparisons(requests: &[PipelineRequest<'_>], db_len: usize) -> u64 {
         }
     }
     (pairs * ROTATION_COUNT * 2) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::run_three;
+    use crate::synthetic;
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::SeedableRng;
+
+    /// Runs of one person refuse what one run refuses: a random sharing (no template) among
+    /// honest ones, and a deletion, whose shares are not checked.
+    #[test]
+    fn the_check_refuses_the_same_requests_in_runs_of_any_size() {
+        let mut rng = ChaCha20Rng::seed_from_u64(40);
+        let mut honest = || {
+            let (l, r) = (synthetic::eye(&mut rng), synthetic::eye(&mut rng));
+            synthetic::share_person(&mut rng, &l, &r)
+        };
+        let (a, b) = (honest(), honest());
+        let mut rng = ChaCha20Rng::seed_from_u64(41);
+        let noise: Vec<PartyShares> = (0..3)
+            .map(|_| *synthetic::random_shares(&mut rng))
+            .collect();
+        let people = [&a, &noise, &b, &noise];
+        let public: Vec<PublicRequest> = [
+            RequestType::Uniqueness,
+            RequestType::Reset,
+            RequestType::Reauth,
+            RequestType::Deletion,
+        ]
+        .into_iter()
+        .map(|request_type| PublicRequest {
+            request_type,
+            serial_id: SerialId(1),
+            or_policy: false,
+            or_serial_ids: Vec::new(),
+        })
+        .collect();
+        for max_pass_comparisons in [1, CHECKS_PER_PERSON, 1 << 20] {
+            let out = run_three(7, |s| {
+                let i = s.party().index();
+                let mut requests: Vec<PipelineRequest<'_>> = people
+                    .iter()
+                    .map(|p| PipelineRequest::against_database(&p[i]))
+                    .collect();
+                let refused = refuse_malformed(s, &public, &mut requests, max_pass_comparisons)
+                    .expect("in-memory network");
+                (refused, requests[1].target)
+            });
+            for (decided, _, _) in &out {
+                assert_eq!(decided.0, vec![false, true, false, false]);
+                assert_eq!(
+                    decided.1,
+                    Target::Nothing,
+                    "a refused request matches nothing"
+                );
+            }
+        }
+    }
 }
