@@ -15,8 +15,8 @@ use sdk_orb::envelope::RequestMeta;
 use sdk_orb::{IrisTemplate, RequestId, RequestType};
 use shared_proto::v1::{NodeResult, ResultStatus};
 
+use crate::clock::now_ms;
 use crate::cluster::{Deployment, LocalCluster, Orb, ToolError};
-use crate::node::now_ms;
 use ocelli_mpc::synthetic;
 
 /// What the demo runs.

@@ -17,13 +17,13 @@
 pub mod agreement;
 pub mod batch;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod demo;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod health;
 pub mod ids;
 pub mod intake;
 pub mod keys;

@@ -1,9 +1,11 @@
 //! A node's shared state behind one cheap `Arc` handle: the store, the
 //! in-memory share database and pending queue, keys, metrics, readiness.
 
+pub mod health;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use sdk_orb::PartyId;
 use shared_proto::v1::SignedResult;
@@ -79,14 +81,6 @@ pub fn open_store(config: &NodeConfig) -> Result<Arc<dyn Store>, StoreError> {
     })
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 /// The node's state.
 #[derive(Debug)]
 pub struct NodeState {
@@ -101,7 +95,7 @@ pub struct NodeState {
         std::collections::HashMap<PartyId, Vec<ed25519_dalek::VerifyingKey>>,
     pub(crate) metrics: Metrics,
     /// Progress and peer reachability, for `/livez` and `/readyz`.
-    pub health: crate::health::Health,
+    pub health: crate::node::health::Health,
     pub(crate) evaluator: Arc<dyn BatchEvaluator>,
     /// Pending requests whose payload this node could not open when it started (sealed to
     /// an HPKE key it no longer holds). Fixed after start: every envelope accepted later was
@@ -181,7 +175,7 @@ impl NodeState {
         }
         let metrics = Metrics::new(party);
         metrics.init_peers(config.peers.iter().map(|p| p.party_id));
-        let health = crate::health::Health::new(config.peers.iter().map(|p| p.party_id));
+        let health = crate::node::health::Health::new(config.peers.iter().map(|p| p.party_id));
 
         let shares = load_shares(store.as_ref(), &metrics)?;
         evaluator.prepare(&shares)?;

@@ -5,7 +5,7 @@
 //! The recovering node sends both helpers the same fresh nonce over the mutual-TLS peer links.
 //! Each helper checks who asks by its pinned certificate and serves only a party its operator
 //! allowed ([`allowance`]), once per nonce. The lower helper draws the session's pad secret and
-//! hands it to the higher one ([`accept_pad`]); each then snapshots its enrolled
+//! hands it to the higher one (`server::recovery::accept_pad`); each then snapshots its enrolled
 //! entries and counters (no batch applies meanwhile) and streams, per entry in serial order, its
 //! masked Lagrange term towards the caller's evaluation point. The caller checks that the two
 //! helpers describe the same state (counters, last batch log entry, serial ids, sizes) and adds
@@ -14,7 +14,6 @@
 //! refusing replays, and requests held only by them time out.
 
 pub mod allowance;
-mod helper;
 pub(crate) mod sessions;
 
 use std::sync::Arc;
@@ -26,7 +25,6 @@ use shared_proto::v1::{BatchCommit, RecoverChunk, RecoverRequest};
 use zeroize::Zeroizing;
 
 pub use allowance::{allow_recovery, Allowance, AllowanceError};
-pub use helper::{accept_pad, helper_stream};
 
 use crate::config::NodeConfig;
 use crate::ids::SerialId;
@@ -316,17 +314,18 @@ fn words(bytes: &[u8]) -> Zeroizing<Vec<u16>> {
     )
 }
 
-/// Recovers the store of the node `config` describes from its two peers (which must be
-/// serving). Run with the node stopped and its store empty.
+/// Recovers `store`, the store of the node `config` describes (`node::open_store`), from its
+/// two peers (which must be serving). Run with the node stopped and its store empty.
 ///
 /// # Errors
 /// A non-empty store, unreachable or disagreeing helpers, keys, TLS or store failure.
-pub async fn recover(config: &NodeConfig) -> Result<RecoverReport, RecoveryError> {
+pub async fn recover(
+    config: &NodeConfig,
+    store: Arc<dyn crate::store::Store>,
+) -> Result<RecoverReport, RecoveryError> {
     let started = Instant::now();
     let (store, meta, held) = {
-        let config = config.clone();
         tokio::task::spawn_blocking(move || {
-            let store = crate::node::open_store(&config)?;
             let (meta, held) = (store.meta()?, store.share_count()?);
             Ok::<_, StoreError>((store, meta, held))
         })

@@ -12,6 +12,7 @@
 mod http;
 mod orb;
 mod peer;
+pub mod recovery;
 mod results;
 
 use std::future::Future;
@@ -166,7 +167,7 @@ pub async fn run(
 
     let peers = Peers::connect(&state.config, &tls)?;
     let _ = state.peers.set(peers.clone());
-    let probe = tokio::spawn(crate::health::probe_peers(
+    let probe = tokio::spawn(crate::node::health::probe_peers(
         state.clone(),
         peers.clone(),
         stop_rx.clone(),

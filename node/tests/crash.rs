@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ocelli_node::client::OrbClient;
+use ocelli_node::clock::now_ms;
 use ocelli_node::keys::{keygen, read_key32, KeygenOptions, KeygenOutput};
-use ocelli_node::node::now_ms;
 use ocelli_node::store::postgres::{PgOptions, PgStore, PgTls};
 use ocelli_node::store::redb::RedbStore;
 use ocelli_node::store::Store;

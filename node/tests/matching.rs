@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use ocelli_mpc::synthetic;
+use ocelli_node::clock::now_ms;
 use ocelli_node::cluster::{Deployment, LocalCluster, Orb};
-use ocelli_node::node::now_ms;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{OsRng, SeedableRng};
 use sdk_orb::envelope::RequestMeta;

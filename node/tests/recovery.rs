@@ -15,8 +15,9 @@ use std::time::Duration;
 use cluster::{Cluster, Res};
 use ocelli_mpc::synthetic;
 use ocelli_node::batch::DangerEnrolEverythingForTests;
-use ocelli_node::node::now_ms;
-use ocelli_node::recovery::{allow_recovery, recover, RecoveryError};
+use ocelli_node::clock::now_ms;
+use ocelli_node::config::NodeConfig;
+use ocelli_node::recovery::{allow_recovery, RecoverReport, RecoveryError};
 use prost::Message;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
@@ -29,6 +30,17 @@ use shared_proto::v1::{
     GetResultRequest, NodeResult, RecoverRequest, RecoveryPadOffer, ResultStatus,
 };
 use support::peer_client;
+
+/// `ocelli-node recover` as the CLI runs it: the node's own store, opened, then recovered.
+async fn recover(config: &NodeConfig) -> Result<RecoverReport, RecoveryError> {
+    let store = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || ocelli_node::node::open_store(&config))
+            .await
+            .map_err(|e| RecoveryError::Task(e.to_string()))??
+    };
+    ocelli_node::recovery::recover(config, store).await
+}
 
 type Person = (IrisTemplate, IrisTemplate);
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cluster::{reason, Cluster, Res};
 use ocelli_node::batch::NotEvaluated;
-use ocelli_node::node::now_ms;
+use ocelli_node::clock::now_ms;
 use prost::Message;
 use rand_chacha::rand_core::RngCore;
 use sdk_orb::envelope::{encode_payload, hazmat_seal_plaintexts, payload_len, EnvelopeView};

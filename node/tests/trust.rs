@@ -871,7 +871,7 @@ async fn idle_strangers_do_not_stall_batches() -> Res {
     let meta = sdk_orb::envelope::RequestMeta {
         request_id: sdk_orb::RequestId::random(&mut rng),
         request_type: sdk_orb::RequestType::Uniqueness,
-        timestamp_ms: ocelli_node::node::now_ms(),
+        timestamp_ms: ocelli_node::clock::now_ms(),
         serial_id: 0,
         or_policy: false,
     };
@@ -1078,7 +1078,7 @@ async fn hpke_rotation_as_documented_keeps_decisions_right() -> Res {
         .map(|_| (synthetic::eye(&mut rng), synthetic::eye(&mut rng)))
         .collect();
     let submit = |c: &mut Cluster, t: RequestType, serial: u64, p: &(_, _)| {
-        let meta = c.meta(t, serial, ocelli_node::node::now_ms());
+        let meta = c.meta(t, serial, ocelli_node::clock::now_ms());
         c.seal_person(&meta, &p.0, &p.1)
     };
     let mut enrolled = Vec::new();
@@ -1150,7 +1150,7 @@ async fn equivocating_coordinator_cannot_split_the_peers() -> Res {
     submit_everywhere(&c, &first).await?;
     c.wait_drained(Duration::from_secs(20)).await?;
     party0_batches(&mut c, false).await?;
-    let meta = c.meta(RequestType::Reset, 1, ocelli_node::node::now_ms());
+    let meta = c.meta(RequestType::Reset, 1, ocelli_node::clock::now_ms());
     let reset = c.seal(&meta);
     submit_everywhere(&c, &reset).await?;
     let id = id_of(&reset)?;

@@ -129,3 +129,39 @@ fn the_host_build_has_every_kernel() {
     let count = KERNELS_CU.matches("\nKERNEL ").count();
     assert_eq!(count, KERNEL_NAMES.len(), "every kernel is listed");
 }
+
+/// The well-formedness check on the device circuit sends what the host path sends and decides
+/// the same: honest people pass, a random sharing (no template) fails.
+#[test]
+fn the_well_formedness_check_on_the_device_equals_the_host_path() {
+    use ocelli_mpc::wellformed::well_formed;
+    let mut rng = ChaCha20Rng::seed_from_u64(0x3f);
+    let mut honest = || {
+        let (l, r) = (
+            ocelli_mpc::synthetic::eye(&mut rng),
+            ocelli_mpc::synthetic::eye(&mut rng),
+        );
+        ocelli_mpc::synthetic::share_person(&mut rng, &l, &r)
+    };
+    let (a, b) = (honest(), honest());
+    let mut rng = ChaCha20Rng::seed_from_u64(0x40);
+    let noise: Vec<sdk_orb::shamir::PartyShares> = (0..3)
+        .map(|_| *ocelli_mpc::synthetic::random_shares(&mut rng))
+        .collect();
+    let people = [&a, &noise, &b];
+    let mine = |i: usize| people.map(|p| &p[i]);
+    let on_host = run_three(11, |s| {
+        well_formed(s, &mine(s.party().index())).expect("in-memory network")
+    });
+    let devices: [Arc<HostDevice>; 3] = core::array::from_fn(|_| host());
+    let on_device = run_three(11, |s| {
+        let i = s.party().index();
+        let mut c = DeviceCircuit::new(s, devices[i].clone());
+        well_formed(&mut c, &mine(i)).expect("in-memory network")
+    });
+    for ((host, host_traffic, _), (device, device_traffic, _)) in on_host.iter().zip(&on_device) {
+        assert_eq!(host, &vec![true, false, true]);
+        assert_eq!(device, host);
+        assert_eq!(device_traffic, host_traffic, "the same rounds and bytes");
+    }
+}

@@ -283,7 +283,7 @@ fn check_evidence(state: &NodeState, commit: &BatchCommit) -> Result<(), ApplyEr
     let checked = check_items(
         commit,
         state.party.get(),
-        crate::node::now_ms(),
+        crate::clock::now_ms(),
         min_wait_ms,
         lookup,
     );

@@ -21,9 +21,10 @@ use tonic::transport::Channel;
 
 use super::{apply_commit, digest_of, evaluate_commit};
 use crate::batch::ApplyError;
+use crate::clock::now_ms;
 use crate::ids::RequestId;
 use crate::links::Peers;
-use crate::node::{now_ms, NodeState};
+use crate::node::NodeState;
 use crate::queue::{Candidate, PendingQueue};
 use crate::store::{RequestState, StoreError};
 

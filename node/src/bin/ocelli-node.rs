@@ -558,7 +558,7 @@ async fn submit(
     let meta = sdk_orb::RequestMeta {
         request_id: sdk_orb::RequestId::random(&mut rand_core::OsRng),
         request_type,
-        timestamp_ms: ocelli_node::node::now_ms(),
+        timestamp_ms: ocelli_node::clock::now_ms(),
         serial_id: serial_id.unwrap_or(0),
         or_policy,
     };
@@ -607,7 +607,11 @@ fn allow_recovery(
 
 async fn recover(path: PathBuf) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let cfg = NodeConfig::load(&path)?;
-    let r = ocelli_node::recovery::recover(&cfg).await?;
+    let store = {
+        let cfg = cfg.clone();
+        tokio::task::spawn_blocking(move || ocelli_node::node::open_store(&cfg)).await??
+    };
+    let r = ocelli_node::recovery::recover(&cfg, store).await?;
     let out = serde_json::json!({
         "party": cfg.party_id,
         "entries": r.entries,

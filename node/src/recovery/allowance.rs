@@ -146,7 +146,7 @@ pub fn allow_recovery(
     }
     let allowance = Allowance {
         party,
-        expires_ms: crate::node::now_ms()
+        expires_ms: crate::clock::now_ms()
             .saturating_add(u64::try_from(valid_for.as_millis()).unwrap_or(u64::MAX)),
         sessions,
         served: 0,

@@ -186,7 +186,7 @@ mod tests {
         let mut c = crate::keys::sample_node_config(0, 1);
         c.data_dir = dir.path().to_owned();
         allowance::allow_recovery(&c, 2, Duration::from_secs(60), 5)?;
-        let now = crate::node::now_ms();
+        let now = crate::clock::now_ms();
         s.admit(&path, 0, 2, &nonce, now)?;
         assert!(matches!(
             s.admit(&path, 0, 2, &nonce, now),

@@ -1,7 +1,7 @@
 //! A minimal plain-HTTP endpoint for scrapers and orchestrators:
 //! `GET /metrics` (Prometheus text), `/healthz` (200 while the process
 //! runs), `/livez` (200 unless the batch loop is stuck) and `/readyz` (200 when loaded and
-//! both peers answer); a 503 names the reason (see [`crate::health`]).
+//! both peers answer); a 503 names the reason (see [`crate::node::health`]).
 
 use std::sync::Arc;
 
@@ -56,7 +56,7 @@ async fn handle(mut stream: BufferedTcp, state: &NodeState) -> std::io::Result<(
     const UNAVAILABLE: &str = "503 Service Unavailable";
     let (code, ctype, body) = match (method, path) {
         ("GET", "/metrics") => {
-            crate::health::refresh_metrics(state);
+            crate::node::health::refresh_metrics(state);
             (
                 "200 OK",
                 "text/plain; version=0.0.4",
@@ -64,11 +64,11 @@ async fn handle(mut stream: BufferedTcp, state: &NodeState) -> std::io::Result<(
             )
         }
         ("GET", "/healthz") => ("200 OK", "text/plain", "live\n".to_owned()),
-        ("GET", "/livez") => match crate::health::liveness(state) {
+        ("GET", "/livez") => match crate::node::health::liveness(state) {
             Ok(()) => ("200 OK", "text/plain", "live\n".to_owned()),
             Err(e) => (UNAVAILABLE, "text/plain", format!("{e}\n")),
         },
-        ("GET", "/readyz") => match crate::health::readiness(state) {
+        ("GET", "/readyz") => match crate::node::health::readiness(state) {
             Ok(()) => ("200 OK", "text/plain", "ready\n".to_owned()),
             Err(e) => (UNAVAILABLE, "text/plain", format!("{e}\n")),
         },

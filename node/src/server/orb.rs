@@ -15,9 +15,10 @@ use shared_proto::v1::{
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{Request, Response, Status};
 
+use crate::clock::now_ms;
 use crate::ids::{RequestId, SerialId};
 use crate::intake::{RejectReason, Rejection};
-use crate::node::{now_ms, NodeState};
+use crate::node::NodeState;
 use crate::store::{RequestRecord, RequestState};
 use crate::tls::{OrbCaller, OrbClients, OrbRole};
 

@@ -153,7 +153,7 @@ impl PeerService for PeerApi {
         // The caller recovers its own shares only: its party id comes from its certificate.
         let caller = self.caller(&request)?;
         let party = caller.get();
-        let chunks = crate::recovery::helper_stream(self.state.clone(), caller, request.get_ref())
+        let chunks = super::recovery::helper_stream(self.state.clone(), caller, request.get_ref())
             .await
             .map_err(|e| {
                 tracing::warn!(party, error = %e, "recovery request refused");
@@ -178,7 +178,7 @@ impl PeerService for PeerApi {
     ) -> Result<Response<RecoveryPadAck>, Status> {
         let from = self.caller(&request)?;
         let target = request.get_ref().target_party;
-        crate::recovery::accept_pad(&self.state, from, request.get_ref()).map_err(|e| {
+        super::recovery::accept_pad(&self.state, from, request.get_ref()).map_err(|e| {
             tracing::warn!(from = from.get(), target, error = %e, "recovery pad refused");
             recovery_status(e)
         })?;

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use ocelli_node::batch::BatchEvaluator;
 use ocelli_node::client::OrbClient;
+use ocelli_node::clock::now_ms;
 use ocelli_node::cluster::RunningNode;
 use ocelli_node::config::NodeConfig;
 use ocelli_node::keys::{keygen, read_key32, sample_node_config, KeygenOptions, KeygenOutput};
-use ocelli_node::node::{now_ms, NodeState};
+use ocelli_node::node::NodeState;
 use ocelli_node::server::Listeners;
 use ocelli_node::store::StoreSummary;
 use rand_chacha::rand_core::SeedableRng;
@@ -187,7 +188,7 @@ impl Cluster {
             if n.is_none() {
                 continue;
             }
-            while ocelli_node::health::readiness(self.state(i)).is_err() {
+            while ocelli_node::node::health::readiness(self.state(i)).is_err() {
                 if Instant::now() > deadline {
                     return Err(format!("node {i} not ready in {timeout:?}").into());
                 }

@@ -9,8 +9,8 @@ use ocelli_node::batch::{
     BatchEvaluator, DangerEnrolEverythingForTests, EvalContext, EvalError, EvalRequest, Outcome,
 };
 use ocelli_node::client::{agree, OrbClient};
+use ocelli_node::clock::now_ms;
 use ocelli_node::keys::{batch_signing_message, read_key32};
-use ocelli_node::node::now_ms;
 use ocelli_node::shares::ShareDb;
 use ocelli_node::tls::NodeTls;
 use sdk_orb::envelope::EnvelopeView;

@@ -10,10 +10,11 @@ use rand_core::OsRng;
 use sdk_orb::PartyId;
 use shared_proto::v1::{RecoverChunk, RecoverRequest, RecoveryPadOffer};
 
-use super::allowance::{self, allowance_path};
-use super::sessions::PAD_WAIT;
-use super::RecoveryError;
-use crate::node::{now_ms, NodeState};
+use crate::clock::now_ms;
+use crate::node::NodeState;
+use crate::recovery::allowance::{self, allowance_path};
+use crate::recovery::sessions::PAD_WAIT;
+use crate::recovery::RecoveryError;
 
 /// Entries per streamed chunk (about 2.4 MB).
 const CHUNK_ENTRIES: usize = 32;

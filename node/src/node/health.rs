@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use shared_proto::v1::PingRequest;
 use tokio::sync::watch;
 
+use super::NodeState;
+use crate::clock::now_ms;
 use crate::links::Peers;
-use crate::node::{now_ms, NodeState};
 
 /// Progress and peer state, one per node.
 #[derive(Debug)]
