@@ -159,6 +159,49 @@ impl<B: Backend> MpcEvaluator<B> {
         })
     }
 
+    /// Refuses the requests whose shares do not encode iris templates (docs/threat-model.md):
+    /// a compromised orb could otherwise enrol or reset a serial to an "iris" that matches
+    /// almost every later query, or re-authenticate as any serial. Runs before matching, on the
+    /// backend's circuit over the batch's session.
+    fn check_shares<T: ocelli_mpc::Transport>(
+        &self,
+        session: &mut Session<'_, T>,
+        ctx: &EvalContext<'_>,
+        public: &[PublicRequest],
+        pipeline_requests: &mut [ocelli_mpc::pipeline::PipelineRequest<'_>],
+    ) -> Result<Vec<bool>, EvalError> {
+        let started = std::time::Instant::now();
+        let before = session.traffic();
+        let refused = refuse_malformed(
+            &mut self.engine.circuit(session),
+            public,
+            pipeline_requests,
+            self.pipeline.max_pass_comparisons,
+        )
+        .map_err(|source| EvalError::Network {
+            batch_id: ctx.batch_id,
+            source,
+        })?;
+        let after = session.traffic();
+        let count = refused.iter().filter(|&&r| r).count();
+        if count > 0 {
+            tracing::warn!(
+                batch_id = ctx.batch_id,
+                refused = count,
+                "malformed shares refused"
+            );
+        }
+        tracing::info!(
+            batch_id = ctx.batch_id,
+            checked = public.iter().filter(|r| shares_checked(r)).count(),
+            rounds = after.rounds - before.rounds,
+            bytes_sent = after.bytes_sent - before.bytes_sent,
+            seconds = started.elapsed().as_secs_f64(),
+            "well-formedness check done"
+        );
+        Ok(refused)
+    }
+
     /// Opens this party's two links for `session`: it dials the higher party
     /// id and accepts from the lower one.
     fn links(&self, ctx: &EvalContext<'_>) -> Result<(MpcLink, MpcLink), EvalError> {
@@ -303,21 +346,7 @@ impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
             self.round_timeout,
         );
         let mut session = Session::new(self.party, &mut transport, &mut randomness);
-        let before = session.traffic();
-        let refused = check_shares(
-            &mut self.engine.circuit(&mut session),
-            ctx,
-            &public,
-            &mut pipeline_requests,
-            self.pipeline.max_pass_comparisons,
-        )?;
-        let checked = session.traffic();
-        tracing::info!(
-            batch_id = ctx.batch_id,
-            rounds = checked.rounds - before.rounds,
-            bytes_sent = checked.bytes_sent - before.bytes_sent,
-            "well-formedness check sent"
-        );
+        let refused = self.check_shares(&mut session, ctx, &public, &mut pipeline_requests)?;
         let results = pipeline::evaluate_batch(
             &mut session,
             &self.engine,
@@ -344,38 +373,4 @@ impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
         mark_malformed(&mut outcomes, &refused);
         Ok(outcomes)
     }
-}
-
-/// Refuses the requests whose shares do not encode iris templates (docs/threat-model.md): a
-/// compromised orb could otherwise enrol or reset a serial to an "iris" that matches almost
-/// every later query, or re-authenticate as any serial. Runs before matching, on the backend's
-/// circuit over the batch's session.
-fn check_shares<C: ocelli_mpc::circuit::Circuit>(
-    circuit: &mut C,
-    ctx: &EvalContext<'_>,
-    public: &[PublicRequest],
-    pipeline_requests: &mut [ocelli_mpc::pipeline::PipelineRequest<'_>],
-    max_pass_comparisons: usize,
-) -> Result<Vec<bool>, EvalError> {
-    let started = std::time::Instant::now();
-    let refused = refuse_malformed(circuit, public, pipeline_requests, max_pass_comparisons)
-        .map_err(|source| EvalError::Network {
-            batch_id: ctx.batch_id,
-            source,
-        })?;
-    let count = refused.iter().filter(|&&r| r).count();
-    if count > 0 {
-        tracing::warn!(
-            batch_id = ctx.batch_id,
-            refused = count,
-            "malformed shares refused"
-        );
-    }
-    tracing::info!(
-        batch_id = ctx.batch_id,
-        checked = public.iter().filter(|r| shares_checked(r)).count(),
-        seconds = started.elapsed().as_secs_f64(),
-        "well-formedness check done"
-    );
-    Ok(refused)
 }

@@ -359,7 +359,7 @@ impl Backend for GpuEngine {
         let started = std::time::Instant::now();
         self.sync(db).map_err(|e| BackendError {
             backend: self.name.clone(),
-            reason: e.to_string(),
+            source: Box::new(e),
         })?;
         tracing::info!(
             engine = %self.name,

@@ -20,12 +20,12 @@ use sdk_orb::rotation::{rotate_coefs, rotations, ROTATION_COUNT};
 
 /// Why a backend cannot hold a database or cannot run here.
 #[derive(Debug, thiserror::Error)]
-#[error("{backend}: {reason}")]
+#[error("{backend}: {source}")]
 pub struct BackendError {
     /// The backend's name.
     pub backend: String,
-    /// What went wrong, for the operator.
-    pub reason: String,
+    /// The backend's own error.
+    pub source: Box<dyn std::error::Error + Send + Sync>,
 }
 
 /// A compute backend: dot products of share vectors and the comparison circuit.

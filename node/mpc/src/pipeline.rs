@@ -269,7 +269,9 @@ pub fn evaluate<C: Circuit, B: Backend>(
     config: &PipelineConfig,
 ) -> Result<Vec<MatchResult>, NetworkError> {
     let party = circuit.party();
-    let plan = BatchPlan::new(requests, db.len(), config);
+    let mut plan = BatchPlan::new(requests, db.len(), config);
+    // The first pass's pairs move into its inputs.
+    let first = plan.first.take();
     let any_mirror = plan.scanning.iter().any(|q| q.mirrored);
     let mut results = vec![MatchResult::default(); requests.len()];
     // [request][..] OR accumulators: the plain pairs (privacy-max), then the mirrored pairs.
@@ -304,10 +306,7 @@ pub fn evaluate<C: Circuit, B: Backend>(
     let from_scan = laid_out
         .as_ref()
         .map(|queries| (queries, plan.scan_row.as_slice()));
-    let batch = plan
-        .first
-        .as_ref()
-        .map(|first| batch_pass(engine, db, requests, first, party, from_scan));
+    let batch = first.map(|first| batch_pass(engine, db, requests, first, party, from_scan));
     // The batch pass's rounds wait on the network while the database scan is set up (its
     // queries laid out, unless the batch pass took them already, and its first pass computed).
     let scan = std::thread::scope(|scope| {
@@ -388,7 +387,7 @@ fn batch_pass<B: Backend>(
     engine: &B,
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
-    first: &FirstPass,
+    first: FirstPass,
     party: PartyId,
     from_scan: Option<(&EyeQueries<B>, &[Option<usize>])>,
 ) -> PassInputs {
@@ -405,7 +404,7 @@ fn batch_pass<B: Backend>(
         }
     }
     let blocks = &first.blocks;
-    let mut pass = PassInputs::new(first.pairs.clone());
+    let mut pass = PassInputs::new(first.pairs);
     // The queries: one row per request with pairs, in block order (none where the scanning
     // queries serve every pair).
     let own_rows = from_scan.is_none() || blocks.iter().any(|b| b.entry.is_some());

@@ -76,9 +76,6 @@ pub(crate) struct BatchPlan {
     /// The queries that scan the database, in the order the database passes hold them: the
     /// requests' own, then the mirrored ones.
     pub scanning: Vec<ScanQuery>,
-    /// Per request, how many of the batch's enrolment candidates before it it is compared
-    /// with (intra-batch uniqueness): all of them where it asks to be, none otherwise.
-    pub earlier: Vec<usize>,
     /// The first pass, if any pair needs it.
     pub first: Option<FirstPass>,
     /// Per request, its row among the scanning queries' plain rows (which lead them).
@@ -132,7 +129,6 @@ impl BatchPlan {
         BatchPlan {
             first: first_pass(requests, &earlier),
             scanning,
-            earlier,
             scan_row,
             first_reads_scan,
             spans,

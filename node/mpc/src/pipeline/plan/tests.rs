@@ -58,7 +58,12 @@ fn the_scanning_queries_are_the_plain_ones_then_the_mirrored_ones() {
         ]
     );
     assert_eq!(plan.scan_row, vec![Some(0), None, Some(1), None, Some(2)]);
-    assert_eq!(plan.earlier, vec![0, 0, 1, 0, 2]);
+    let earlier: Vec<(usize, usize)> = plan
+        .first
+        .iter()
+        .flat_map(|f| f.blocks.iter().map(|b| (b.request, b.earlier)))
+        .collect();
+    assert_eq!(earlier, vec![(1, 0), (2, 1), (4, 2)]);
     // Every request with earlier candidates scans: the first pass reads the scan's layout.
     assert!(plan.first_reads_scan);
 }
@@ -154,6 +159,7 @@ fn a_candidate_that_does_not_scan_makes_the_first_pass_lay_out_its_own_queries()
     // Request 1 now has earlier candidates but targets one entry: it has no scan row.
     requests[1].against_earlier = true;
     let plan = BatchPlan::new(&requests, 10, &config(4096, 1 << 20));
-    assert_eq!(plan.earlier[1], 1);
+    let block = plan.first.as_ref().map(|f| f.blocks[0]);
+    assert_eq!(block.map(|b| (b.request, b.earlier)), Some((1, 1)));
     assert!(!plan.first_reads_scan);
 }
