@@ -20,6 +20,7 @@ use ocelli_mpc::requests::{
     comparisons, mark_malformed, needs_mpc, outcomes, pipeline_requests, refuse_malformed,
     shares_checked, MatchRules, PublicRequest,
 };
+use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::session::Session;
 use ocelli_mpc::Backend;
 use rand_core::OsRng;
@@ -122,6 +123,8 @@ pub struct MpcEvaluator<B> {
     pipeline: PipelineConfig,
     rules: MatchRules,
     round_timeout: Duration,
+    /// The buffers of this node's batches, kept from one batch to the next.
+    scratch: ScratchPool,
 }
 
 impl<B: Backend> std::fmt::Debug for MpcEvaluator<B> {
@@ -156,6 +159,7 @@ impl<B: Backend> MpcEvaluator<B> {
                 lookback: m.lookback,
             },
             round_timeout: Duration::from_millis(m.round_timeout_ms),
+            scratch: ScratchPool::default(),
         })
     }
 
@@ -353,6 +357,7 @@ impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
             db.rows(),
             &pipeline_requests,
             &self.pipeline,
+            &self.scratch,
         )
         .map_err(|source| EvalError::Network {
             batch_id: ctx.batch_id,

@@ -730,7 +730,16 @@ fn a_batch_at_the_largest_pass_succeeds() {
             .iter()
             .map(|q| PipelineRequest::against_database(q))
             .collect();
-        evaluate(s, &ocelli_cpu::CpuEngine::new(), &m, &reqs, &config).map(|r| r.len())
+        let scratch = ocelli_mpc::scratch::ScratchPool::default();
+        evaluate(
+            s,
+            &ocelli_cpu::CpuEngine::new(),
+            &m,
+            &reqs,
+            &config,
+            &scratch,
+        )
+        .map(|r| r.len())
     });
     let mut largest = 0;
     for (r, _, view) in &out {

@@ -15,7 +15,7 @@
 //! no communication.
 
 use crate::shamir::{CodeShare, EyeShares, MaskShare, PartyShares};
-use crate::template::IrisBits;
+use crate::template::{IrisBits, IrisTemplate};
 use crate::{BITS_PER_COLUMN, CODE_BITS, COLUMNS, MASK_COEFS};
 
 /// Columns in each half of a row; the reversal stays within a half.
@@ -47,6 +47,18 @@ pub fn mirror_bits(bits: &IrisBits, invert_imaginary: bool) -> IrisBits {
         out.set(dst, bits.get(i) ^ (invert_imaginary && imaginary));
     }
     out
+}
+
+impl IrisTemplate {
+    /// The template of the mirrored image: columns reversed within each half, imaginary code
+    /// bits inverted, mask permuted alike. Mirroring preserves validity.
+    pub fn mirrored(&self) -> IrisTemplate {
+        IrisTemplate {
+            code: mirror_bits(&self.code, true),
+            mask: mirror_bits(&self.mask, false),
+            version: self.version.clone(),
+        }
+    }
 }
 
 /// Coefficients (share or plain values) in the packed layout mirrored: element `e` of each

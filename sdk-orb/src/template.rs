@@ -251,10 +251,11 @@ impl core::error::Error for TemplateError {}
 /// A validated iris template: code and mask bits plus the open-iris version string.
 #[derive(Clone, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
 pub struct IrisTemplate {
-    code: IrisBits,
-    mask: IrisBits,
+    // Crate-visible for the mirrored template (crate::mirror), which keeps validity.
+    pub(crate) code: IrisBits,
+    pub(crate) mask: IrisBits,
     #[zeroize(skip)]
-    version: heapless::String<MAX_VERSION_LEN>,
+    pub(crate) version: heapless::String<MAX_VERSION_LEN>,
 }
 
 impl core::fmt::Debug for IrisTemplate {
@@ -395,16 +396,6 @@ impl IrisTemplate {
         IrisTemplate {
             code: self.code.rotated(k),
             mask: self.mask.rotated(k),
-            version: self.version.clone(),
-        }
-    }
-
-    /// The template of the mirrored image ([`crate::mirror`]): columns reversed within each
-    /// half, imaginary code bits inverted, mask permuted alike. Mirroring preserves validity.
-    pub fn mirrored(&self) -> IrisTemplate {
-        IrisTemplate {
-            code: crate::mirror::mirror_bits(&self.code, true),
-            mask: crate::mirror::mirror_bits(&self.mask, false),
             version: self.version.clone(),
         }
     }

@@ -13,6 +13,7 @@ use ocelli_mpc::pipeline::{evaluate, PipelineConfig};
 use ocelli_mpc::requests::{
     outcomes, pipeline_requests, MatchRules, Outcome as NodeOutcome, PublicRequest, SerialId,
 };
+use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::MatchDb;
 use sdk_orb::plaintext::dot_products;
 use sdk_orb::rotation::rotations;
@@ -208,8 +209,15 @@ fn run_nodes(batch: &Batch) -> Result<Vec<Outcome>, String> {
     let out = run_three_seeded(&batch.prf_seeds, |s| {
         let i = s.party().index();
         let pipeline = pipeline_requests(&public, &shares[i], &dbs[i], &MatchRules::default());
-        let results = evaluate(s, &engine, &dbs[i], &pipeline, &config)
-            .map_err(|e| format!("party {i}: {e}"))?;
+        let results = evaluate(
+            s,
+            &engine,
+            &dbs[i],
+            &pipeline,
+            &config,
+            &ScratchPool::default(),
+        )
+        .map_err(|e| format!("party {i}: {e}"))?;
         Ok::<_, String>(outcomes(&public, &pipeline, results, &dbs[i]))
     });
     let mut per_party = Vec::new();

@@ -26,7 +26,7 @@ use ocelli_mpc::db::{Eye, Part};
 use ocelli_mpc::local::{additive_u16, replays, run_one, run_three_wrapped, Link};
 use ocelli_mpc::network::NetworkError;
 use ocelli_mpc::pipeline::{evaluate, MatchResult, PipelineConfig, PipelineRequest};
-use ocelli_mpc::scratch::ScratchVec;
+use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::session::Session;
 use ocelli_mpc::synthetic::random_shares;
 use sdk_orb::PartyId;
@@ -239,7 +239,7 @@ pub trait ComparisonPlace: Sync {
         &self,
         session: &mut Session<'_, Link>,
         engine: &B,
-        db: &MatchDb,
+        party: PartyData<'_>,
         requests: &[PipelineRequest<'_>],
         config: &PipelineConfig,
         timers: &PassTimers,
@@ -258,11 +258,21 @@ pub trait ComparisonPlace: Sync {
     ) -> Result<Vec<u64>, NetworkError>;
 }
 
+/// What a party brings to a batch besides its engine: its shares of the database, and the
+/// pool its batches' buffers come from and return to.
+#[derive(Clone, Copy, Debug)]
+pub struct PartyData<'a> {
+    /// The party's shares of the enrolled people.
+    pub db: &'a MatchDb,
+    /// Kept across the party's batches, as a node keeps it.
+    pub scratch: &'a ScratchPool,
+}
+
 /// [`evaluate`] on `circuit` and `engine`, their calls timed into `timers`.
 fn evaluate_timed<C: Circuit, B: Backend>(
     circuit: &mut C,
     engine: &B,
-    db: &MatchDb,
+    party: PartyData<'_>,
     requests: &[PipelineRequest<'_>],
     config: &PipelineConfig,
     timers: &PassTimers,
@@ -271,9 +281,10 @@ fn evaluate_timed<C: Circuit, B: Backend>(
     evaluate(
         &mut TimedCircuit::new(circuit, timers),
         &engine,
-        db,
+        party.db,
         requests,
         config,
+        party.scratch,
     )
 }
 
@@ -320,12 +331,12 @@ impl ComparisonPlace for OnHost {
         &self,
         session: &mut Session<'_, Link>,
         engine: &B,
-        db: &MatchDb,
+        party: PartyData<'_>,
         requests: &[PipelineRequest<'_>],
         config: &PipelineConfig,
         timers: &PassTimers,
     ) -> Result<Vec<MatchResult>, NetworkError> {
-        evaluate_timed(session, engine, db, requests, config, timers)
+        evaluate_timed(session, engine, party, requests, config, timers)
     }
 
     fn open_match_bits(
@@ -482,13 +493,13 @@ impl<D: KernelDevice> ComparisonPlace for OnDevices<D> {
         &self,
         session: &mut Session<'_, Link>,
         engine: &B,
-        db: &MatchDb,
+        party: PartyData<'_>,
         requests: &[PipelineRequest<'_>],
         config: &PipelineConfig,
         timers: &PassTimers,
     ) -> Result<Vec<MatchResult>, NetworkError> {
         let mut circuit = DeviceCircuit::new(session, self.device_of(session));
-        evaluate_timed(&mut circuit, engine, db, requests, config, timers)
+        evaluate_timed(&mut circuit, engine, party, requests, config, timers)
     }
 
     fn open_match_bits(
@@ -592,7 +603,7 @@ pub fn run<B: Backend, P: ComparisonPlace>(
             scope.spawn(move || {
                 // Once per batch, as the pipeline does: the passes reuse the prepared queries.
                 let prepare = |rows: &[u16], part: Part| {
-                    let mut copy = ScratchVec::zeroed(rows.len());
+                    let mut copy = ScratchPool::default().zeroed(rows.len());
                     copy.copy_from_slice(rows);
                     e.prepare_queries(copy, part.coefs())
                 };
@@ -651,6 +662,8 @@ pub fn run<B: Backend, P: ComparisonPlace>(
     let mut pipeline_config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
     pipeline_config.max_pass_comparisons = config.max_pass_comparisons;
     pipeline_config.chunk_entries = usize::MAX;
+    // Each party's pool, kept across its runs as a node keeps it across batches.
+    let scratch: [ScratchPool; 3] = Default::default();
     let pipeline = |s: &mut Session<'_, Link>, timers: &PassTimers| {
         let i = s.party().index();
         let requests: Vec<PipelineRequest<'_>> = queries
@@ -658,7 +671,17 @@ pub fn run<B: Backend, P: ComparisonPlace>(
             .map(|person| PipelineRequest::against_database(person))
             .collect();
         place
-            .evaluate(s, engines[i], &db, &requests, &pipeline_config, timers)
+            .evaluate(
+                s,
+                engines[i],
+                PartyData {
+                    db: &db,
+                    scratch: &scratch[i],
+                },
+                &requests,
+                &pipeline_config,
+                timers,
+            )
             .map(drop)
     };
     busy.inspect(|b| b.start());

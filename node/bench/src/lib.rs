@@ -51,7 +51,7 @@ use ocelli_mpc::db::{Eye, MatchDb, Part};
 use ocelli_mpc::local::{additive_u16, run_three_unrecorded};
 use ocelli_mpc::pipeline::{evaluate, PairRules, PipelineConfig, PipelineRequest, Target};
 use ocelli_mpc::randomness::Keystream;
-use ocelli_mpc::scratch::ScratchVec;
+use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::synthetic;
 use ocelli_os::{cpu_seconds, resident_bytes};
 
@@ -390,7 +390,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     }
     let prepared = [Part::Code, Part::Mask].map(|part| {
         let len = part.coefs();
-        let mut queries = ScratchVec::zeroed(q * len);
+        let mut queries = ScratchPool::default().zeroed(q * len);
         queries.copy_from_slice(&random_u16(&mut rng, q * len));
         (part, engine.prepare_rotations(queries, len))
     });
@@ -446,6 +446,8 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
             db
         })
         .collect();
+    // Each party's pool, kept across its batches as a node keeps it.
+    let scratch: [ScratchPool; 3] = Default::default();
     let batch = |mirror: bool| {
         best_of_three(|| {
             run_three_unrecorded(2, |s| {
@@ -465,7 +467,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
                         },
                     })
                     .collect();
-                evaluate(s, &engines[i], db, &requests, &pipeline_config)
+                evaluate(s, &engines[i], db, &requests, &pipeline_config, &scratch[i])
                     .expect("in-memory network")
             })
         })

@@ -11,7 +11,7 @@ use sdk_orb::rotation::ROTATION_COUNT;
 use sdk_orb::shamir::PartyShares;
 use sdk_orb::{IrisTemplate, PartyId};
 
-use crate::device::ComparisonPlace;
+use crate::device::{ComparisonPlace, PartyData};
 use crate::timing::PassTimers;
 use crate::BenchError;
 use ocelli_mpc::backend::Backend;
@@ -20,6 +20,7 @@ use ocelli_mpc::db::{Eye, MatchDb, Part};
 use ocelli_mpc::local::{run_three_wrapped, Link};
 use ocelli_mpc::pipeline::query::QueryMatrix;
 use ocelli_mpc::pipeline::{PipelineConfig, PipelineRequest};
+use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::synthetic;
 
 type Person = (IrisTemplate, IrisTemplate);
@@ -200,7 +201,8 @@ pub fn self_check<B: Backend, P: ComparisonPlace>(
         .map(|i| {
             let people: Vec<(&PartyShares, bool)> =
                 query_shares.iter().map(|s| (&s[i], false)).collect();
-            let prepared = QueryMatrix::new(PartyId::ALL[i], &people).prepare_all(engines[i]);
+            let prepared = QueryMatrix::new(PartyId::ALL[i], &people, &ScratchPool::default())
+                .prepare_all(engines[i]);
             core::array::from_fn(|eye| {
                 core::array::from_fn(|p| {
                     let part = [Part::Code, Part::Mask][p];
@@ -303,7 +305,10 @@ pub fn self_check<B: Backend, P: ComparisonPlace>(
         place.evaluate(
             s,
             engines[i],
-            &dbs[i],
+            PartyData {
+                db: &dbs[i],
+                scratch: &ScratchPool::default(),
+            },
             &requests,
             &pipeline_config,
             &PassTimers::default(),

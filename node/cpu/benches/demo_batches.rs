@@ -14,6 +14,7 @@
 use ocelli_cpu::{CpuEngine, Kernel};
 use ocelli_mpc::local::run_three_unrecorded;
 use ocelli_mpc::pipeline::{evaluate, PairRules, PipelineConfig, PipelineRequest, Target};
+use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::{synthetic, MatchDb};
 use ocelli_os::{cpu_seconds, tune_malloc};
 use rand_chacha::ChaCha20Rng;
@@ -42,6 +43,7 @@ fn main() {
         .map(|_| CpuEngine::with(kernel, 1).expect("one thread starts"))
         .collect();
     let config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
+    let scratch: [ScratchPool; 3] = Default::default();
     let mut dbs: Vec<MatchDb> = (0..3)
         .map(|_| MatchDb::new().with_storage_advice(ocelli_os::advise_huge_pages::<u16>))
         .collect();
@@ -67,8 +69,15 @@ fn main() {
                     },
                 })
                 .collect();
-            evaluate(s, &engines[party], &dbs[party], &requests, &config)
-                .expect("in-memory network")
+            evaluate(
+                s,
+                &engines[party],
+                &dbs[party],
+                &requests,
+                &config,
+                &scratch[party],
+            )
+            .expect("in-memory network")
         });
         let cpu = cpu_seconds() - started;
         // Each request against every enrolled person, plain and mirrored, and against the

@@ -9,7 +9,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ocelli_cpu::{CpuEngine, Kernel};
-use ocelli_mpc::scratch::ScratchVec;
+use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::{synthetic, Backend, Eye, MatchDb, Part};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -35,7 +35,7 @@ fn bench(c: &mut Criterion) {
         }
         let engine = CpuEngine::with(kernel, 1).expect("one thread starts");
         let prepared = [Part::Code, Part::Mask].map(|part| {
-            let mut queries = ScratchVec::zeroed(QUERIES * part.coefs());
+            let mut queries = ScratchPool::default().zeroed(QUERIES * part.coefs());
             queries.iter_mut().for_each(|v| *v = rng.next_u32() as u16);
             (part, engine.prepare_rotations(queries, part.coefs()))
         });

@@ -7,7 +7,7 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use ocelli_cpu::{CpuEngine, Kernel};
-use ocelli_mpc::scratch::ScratchVec;
+use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::Backend;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -29,12 +29,13 @@ fn bench(c: &mut Criterion) {
                 BenchmarkId::new(kernel.name(), bases),
                 &queries,
                 |b, queries| {
+                    let pool = ScratchPool::default();
                     // The copies into scratch buffers are set up outside the timing; the
                     // prepared layout is dropped (zeroized) inside it.
                     b.iter_batched(
                         || {
                             queries.clone().map(|(len, raw)| {
-                                let mut q = ScratchVec::zeroed(raw.len());
+                                let mut q = pool.zeroed(raw.len());
                                 q.copy_from_slice(&raw);
                                 (len, q)
                             })

@@ -21,7 +21,7 @@ use crate::kernels::{
 use crate::CpuError;
 use ocelli_mpc::backend::{expand_rotations, Backend};
 use ocelli_mpc::network::Transport;
-use ocelli_mpc::scratch::ScratchVec;
+use ocelli_mpc::scratch::{ScratchPool, ScratchVec};
 use ocelli_mpc::Session;
 use sdk_orb::rotation::{CHUNK_COEFS, ROTATION_COUNT};
 
@@ -148,10 +148,10 @@ impl Kernel {
 /// after panel, each holds pair `k` of its every row side by side, then pair `k + 1`: a
 /// chunk `k0..k0 + kl` of a panel is the run `p * k0..p * (k0 + kl)` inside it. In parallel
 /// over panels; zeroized when dropped (it copies shares). The padding rows are never
-/// written: they are the zeros [`ScratchVec::zeroed`] hands out.
-pub(crate) fn interleave(q: &[u16], len: usize, p: usize) -> ScratchVec {
+/// written: they are the zeros [`ScratchPool::zeroed`] hands out.
+pub(crate) fn interleave(q: &[u16], len: usize, p: usize, pool: &ScratchPool) -> ScratchVec {
     let panels = (q.len() / len).div_ceil(p);
-    let mut out = ScratchVec::zeroed(panels * p * len);
+    let mut out = pool.zeroed(panels * p * len);
     out.par_chunks_mut(p * len)
         .zip(q.par_chunks(p * len))
         .for_each(|(panel, rows)| {
@@ -296,7 +296,7 @@ fn correlated<const P: usize, const D: usize>(
         impl Fn(&[u16], &[u16], usize, usize, &mut Acc<P, D>) + Sync,
         bool,
     ),
-    (panels, bases, used): (&[u16], usize, usize),
+    (panels, bases, used): (&ScratchVec, usize, usize),
     db: &[u16],
     len: usize,
     out: &mut [u16],
@@ -329,7 +329,7 @@ fn correlated<const P: usize, const D: usize>(
             || {
                 (
                     Vec::new(),
-                    ScratchVec::zeroed(LEAVES * leaf_spacing(group * leaf_chunk)),
+                    panels.zeroed_like(LEAVES * leaf_spacing(group * leaf_chunk)),
                 )
             },
             |(acc, leaves), (j, b)| {
@@ -564,7 +564,7 @@ impl CpuEngine {
     /// them, `panels` their leaves), the first `used` of them, on the engine's pool.
     fn dot_correlated(
         &self,
-        (panels, bases, used): (&[u16], usize, usize),
+        (panels, bases, used): (&ScratchVec, usize, usize),
         db: &[u16],
         len: usize,
         out: &mut [u16],
@@ -674,12 +674,15 @@ impl Backend for CpuEngine {
         let p = self.kernel.panel_rows();
         let nd = db.len() / len;
         if nd >= nq {
-            let panels = self.install(|| interleave(queries, len, p));
+            // Queries given as rows are laid out for this call alone: nothing to keep.
+            let once = ScratchPool::keeping(0);
+            let panels = self.install(|| interleave(queries, len, p, &once));
             self.dot_panels(&panels, nq, db, len, out);
         } else {
             // Fewer database rows: those are laid out, the queries read in place, and the
             // results transposed (a request against a few candidates or one entry).
-            let panels = self.install(|| interleave(db, len, p));
+            let once = ScratchPool::keeping(0);
+            let panels = self.install(|| interleave(db, len, p, &once));
             let mut transposed = vec![0u16; nd * nq];
             self.dot_panels(&panels, nd, queries, len, &mut transposed);
             for (d, results) in transposed.chunks_exact(nq).enumerate() {
@@ -696,22 +699,22 @@ impl Backend for CpuEngine {
         CpuQueries {
             rows,
             layout: Layout::Panels(panel),
-            data: self.install(|| interleave(&queries, len, panel)),
+            data: self.install(|| interleave(&queries, len, panel, queries.pool())),
         }
     }
 
     fn prepare_rotations(&self, queries: ScratchVec, len: usize) -> CpuQueries {
         let bases = queries.len() / len;
         if !self.correlation_pays(bases, len) {
-            return self.prepare_queries(expand_rotations(&queries, len), len);
+            return self.prepare_queries(expand_rotations(&queries, len, queries.pool()), len);
         }
         let p = self.kernel.panel_rows();
         let n = leaf_len(len);
         let leaf_rows = bases * LEAF_LAGS;
         let stride = leaf_rows.div_ceil(p) * p * n;
-        let mut data = ScratchVec::zeroed(LEAVES * stride);
+        let mut data = queries.zeroed_like(LEAVES * stride);
         // Every query's nine leaves, leaf `s` of query `b` at `(b * LEAVES + s) * n`.
-        let mut leaves = ScratchVec::zeroed(bases * LEAVES * n);
+        let mut leaves = queries.zeroed_like(bases * LEAVES * n);
         self.install(|| {
             leaves
                 .par_chunks_mut(LEAVES * n)

@@ -614,6 +614,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ocelli_mpc::scratch::ScratchPool;
     use rand_chacha::ChaCha20Rng;
     use rand_core::{RngCore, SeedableRng};
 
@@ -645,7 +646,7 @@ mod tests {
                 }
             }
             tile(
-                &crate::engine::interleave(&q, len, P),
+                &crate::engine::interleave(&q, len, P, &ScratchPool::default()),
                 &d,
                 stride,
                 couple,

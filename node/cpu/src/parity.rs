@@ -13,7 +13,7 @@ use crate::correlate::LEAF_LAGS;
 use crate::engine::{BLOCK_ROWS, CHUNK, QUERY_SLAB_ROWS, SLAB_LEAF_ROWS};
 use ocelli_mpc::backend::{expand_rotations, Backend};
 use ocelli_mpc::db::{Eye, MatchDb, Part};
-use ocelli_mpc::scratch::ScratchVec;
+use ocelli_mpc::scratch::ScratchPool;
 use sdk_orb::rotation::ROTATION_COUNT;
 
 fn random_u16(rng: &mut ChaCha20Rng, n: usize) -> Vec<u16> {
@@ -98,8 +98,9 @@ fn check_rotations<B: Backend>(engine: &B, rng: &mut ChaCha20Rng) {
         for &part in parts {
             let len = part.coefs();
             let raw = random_u16(rng, bases * len);
-            let expected_rows = expand_rotations(&raw, len);
-            let mut queries = ScratchVec::zeroed(raw.len());
+            let scratch = ScratchPool::default();
+            let expected_rows = expand_rotations(&raw, len, &scratch);
+            let mut queries = scratch.zeroed(raw.len());
             queries.copy_from_slice(&raw);
             let prepared = engine.prepare_rotations(queries, len);
             let nd = rows.len();
@@ -155,7 +156,7 @@ pub fn pipeline_outcomes<B: Backend>(
     engines: [&B; 3],
 ) -> [Vec<ocelli_mpc::pipeline::MatchResult>; 3] {
     pipeline_outcomes_with(engines, 37, |s, engine, db, requests, config| {
-        ocelli_mpc::pipeline::evaluate(s, engine, db, requests, config)
+        ocelli_mpc::pipeline::evaluate(s, engine, db, requests, config, &ScratchPool::default())
     })
 }
 

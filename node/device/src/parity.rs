@@ -175,7 +175,8 @@ pub fn pipeline_results_equal_with_the_comparison_phase_on_the_device<D: KernelD
             [&cpu, &cpu, &cpu],
             enrolled,
             |s, engine, db, requests, config| {
-                ocelli_mpc::pipeline::evaluate(s, engine, db, requests, config)
+                let scratch = ocelli_mpc::scratch::ScratchPool::default();
+                ocelli_mpc::pipeline::evaluate(s, engine, db, requests, config, &scratch)
             },
         );
         let on_device = ocelli_cpu::parity::pipeline_outcomes_with(
@@ -183,7 +184,8 @@ pub fn pipeline_results_equal_with_the_comparison_phase_on_the_device<D: KernelD
             enrolled,
             |s, engine, db, requests, config| {
                 let mut circuit = DeviceCircuit::new(s, dev.clone());
-                ocelli_mpc::pipeline::evaluate(&mut circuit, engine, db, requests, config)
+                let scratch = ocelli_mpc::scratch::ScratchPool::default();
+                ocelli_mpc::pipeline::evaluate(&mut circuit, engine, db, requests, config, &scratch)
             },
         );
         assert_eq!(on_host, on_device, "{enrolled} enrolled");

@@ -102,7 +102,7 @@ fn gpu_engine_passes_the_parity_suite() {
         db.push(serial, &random_shares(&mut rng));
     }
     let len = Part::Mask.coefs();
-    let mut rows = ocelli_mpc::scratch::ScratchVec::zeroed(5 * len);
+    let mut rows = ocelli_mpc::scratch::ScratchPool::default().zeroed(5 * len);
     rows.iter_mut().for_each(|c| *c = rng.next_u32() as u16);
     let mut expected = vec![0u16; 5 * 9];
     CpuEngine::new().dot_db(&rows, &db, Eye::Right, Part::Mask, 0..9, &mut expected);
@@ -149,7 +149,7 @@ fn resident_database_matches(gpu: &GpuEngine) {
                     cpu.dot_db(q, db, eye, part, rows.clone(), &mut c);
                     assert!(g == c, "{what}: {eye:?} {part:?} rows {rows:?}");
                     // The same queries resident on every shard's device.
-                    let mut copy = ocelli_mpc::scratch::ScratchVec::zeroed(q.len());
+                    let mut copy = ocelli_mpc::scratch::ScratchPool::default().zeroed(q.len());
                     copy.copy_from_slice(q);
                     let prepared = gpu.prepare_queries(copy, part.coefs());
                     g.fill(0xA5A5);

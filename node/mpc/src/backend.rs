@@ -14,7 +14,7 @@ use core::ops::Range;
 use crate::circuit::Circuit;
 use crate::db::{Eye, MatchDb, Part};
 use crate::network::Transport;
-use crate::scratch::ScratchVec;
+use crate::scratch::{ScratchPool, ScratchVec};
 use crate::session::Session;
 use sdk_orb::rotation::{rotate_coefs, rotations, ROTATION_COUNT};
 
@@ -99,7 +99,7 @@ pub trait Backend: Send + Sync {
     /// `31 i + k + 15`, as [`sdk_orb::rotation::rotate_coefs`] makes them. A backend may use
     /// the rotations' structure instead of writing them out; the default expands them.
     fn prepare_rotations(&self, queries: ScratchVec, len: usize) -> Self::Prepared {
-        self.prepare_queries(expand_rotations(&queries, len), len)
+        self.prepare_queries(expand_rotations(&queries, len, queries.pool()), len)
     }
 
     /// The query vectors `queries` holds.
@@ -146,9 +146,10 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// The 31 rotations of each `len`-long row of `queries`, rotation-major per row.
-pub fn expand_rotations(queries: &[u16], len: usize) -> ScratchVec {
-    let mut rows = ScratchVec::zeroed(queries.len() * ROTATION_COUNT);
+/// The 31 rotations of each `len`-long row of `queries`, rotation-major per row, in a buffer
+/// from `pool`.
+pub fn expand_rotations(queries: &[u16], len: usize, pool: &ScratchPool) -> ScratchVec {
+    let mut rows = pool.zeroed(queries.len() * ROTATION_COUNT);
     for (group, query) in rows
         .chunks_exact_mut(ROTATION_COUNT * len)
         .zip(queries.chunks_exact(len))

@@ -31,7 +31,7 @@ use crate::bits::{plane_to_bits, words_for};
 use crate::circuit::{Circuit, SharedBits};
 use crate::db::{Eye, MatchDb, Part};
 use crate::network::{NetworkError, Transport};
-use crate::scratch::ScratchVec;
+use crate::scratch::{ScratchPool, ScratchVec};
 use crate::session::Session;
 use plan::{Against, BatchPlan, FirstPass, Pair};
 use reduce::run_pass;
@@ -193,8 +193,8 @@ pub struct MatchResult {
 
 /// Per-pass accumulation of additive `(cd, md)` shares in the layout
 /// `[rotation][eye][pair]`, each `[eye]` block padded to whole words. Zeroized on drop, and
-/// kept for the next pass ([`ScratchVec`]): a fresh pass-sized vector costs more in page
-/// faults than filling it.
+/// kept in the executor's pool for the next pass ([`ScratchVec`]): a fresh pass-sized vector
+/// costs more in page faults than filling it.
 struct PassInputs {
     pairs: Vec<Pair>,
     cd: ScratchVec,
@@ -203,13 +203,13 @@ struct PassInputs {
 }
 
 impl PassInputs {
-    fn new(pairs: Vec<Pair>) -> PassInputs {
+    fn new(pairs: Vec<Pair>, scratch: &ScratchPool) -> PassInputs {
         let padded = words_for(pairs.len()) * 64;
         let n = ROTATION_COUNT * 2 * padded;
         PassInputs {
             pairs,
-            cd: ScratchVec::zeroed(n),
-            md: ScratchVec::zeroed(n),
+            cd: scratch.zeroed(n),
+            md: scratch.zeroed(n),
             padded,
         }
     }
@@ -251,13 +251,15 @@ pub fn evaluate_batch<B: Backend, T: Transport>(
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
     config: &PipelineConfig,
+    scratch: &ScratchPool,
 ) -> Result<Vec<MatchResult>, NetworkError> {
     let mut circuit = backend.circuit(session);
-    evaluate(&mut circuit, backend, db, requests, config)
+    evaluate(&mut circuit, backend, db, requests, config, scratch)
 }
 
 /// Runs the pipeline for one batch on `circuit`; every party calls it with its own shares,
-/// the same requests, the same database entries and the same configuration.
+/// the same requests, the same database entries and the same configuration. The batch's
+/// query matrices and pass inputs come from `scratch`, the pool of the caller's batches.
 ///
 /// # Errors
 /// Transport failures; then no result of the batch may be used.
@@ -267,6 +269,7 @@ pub fn evaluate<C: Circuit, B: Backend>(
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
     config: &PipelineConfig,
+    scratch: &ScratchPool,
 ) -> Result<Vec<MatchResult>, NetworkError> {
     let party = circuit.party();
     let mut plan = BatchPlan::new(requests, db.len(), config);
@@ -282,12 +285,12 @@ pub fn evaluate<C: Circuit, B: Backend>(
         .iter()
         .map(|q| (requests[q.request].shares, q.mirrored))
         .collect();
-    let prepare_scan = || QueryMatrix::new(party, &people).prepare_all(engine);
+    let prepare_scan = || QueryMatrix::new(party, &people, scratch).prepare_all(engine);
     let mut laid_out = plan.first_reads_scan.then(prepare_scan);
     // The scanning queries (laid out now if not yet) and the first span's dot products.
     let scan_setup = |queries: Option<EyeQueries<B>>| {
         let queries = queries.unwrap_or_else(prepare_scan);
-        let first = database_span(engine, db, &plan, &queries, &plan.spans[0]);
+        let first = database_span(engine, db, &plan, &queries, &plan.spans[0], scratch);
         (queries, first)
     };
     let scans = !plan.spans.is_empty();
@@ -306,7 +309,8 @@ pub fn evaluate<C: Circuit, B: Backend>(
     let from_scan = laid_out
         .as_ref()
         .map(|queries| (queries, plan.scan_row.as_slice()));
-    let batch = first.map(|first| batch_pass(engine, db, requests, first, party, from_scan));
+    let batch =
+        first.map(|first| batch_pass(engine, db, requests, first, (party, scratch), from_scan));
     // The batch pass's rounds wait on the network while the database scan is set up (its
     // queries laid out, unless the batch pass took them already, and its first pass computed).
     let scan = std::thread::scope(|scope| {
@@ -318,7 +322,7 @@ pub fn evaluate<C: Circuit, B: Backend>(
     })?;
     if let Some((queries, first)) = scan.or_else(|| scans.then(|| scan_setup(laid_out.take()))) {
         let (plan, queries) = (&plan, &queries);
-        let compute = |k: usize| database_span(engine, db, plan, queries, &plan.spans[k]);
+        let compute = |k: usize| database_span(engine, db, plan, queries, &plan.spans[k], scratch);
         std::thread::scope(|scope| -> Result<(), NetworkError> {
             let mut next = Some(first);
             for k in 0..plan.spans.len() {
@@ -388,7 +392,7 @@ fn batch_pass<B: Backend>(
     db: &MatchDb,
     requests: &[PipelineRequest<'_>],
     first: FirstPass,
-    party: PartyId,
+    (party, scratch): (PartyId, &ScratchPool),
     from_scan: Option<(&EyeQueries<B>, &[Option<usize>])>,
 ) -> PassInputs {
     // Shares of the candidates' codes and masks, and below their products: zeroized on drop.
@@ -404,7 +408,7 @@ fn batch_pass<B: Backend>(
         }
     }
     let blocks = &first.blocks;
-    let mut pass = PassInputs::new(first.pairs);
+    let mut pass = PassInputs::new(first.pairs, scratch);
     // The queries: one row per request with pairs, in block order (none where the scanning
     // queries serve every pair).
     let own_rows = from_scan.is_none() || blocks.iter().any(|b| b.entry.is_some());
@@ -413,7 +417,7 @@ fn batch_pass<B: Backend>(
         .filter(|_| own_rows)
         .map(|b| (requests[b.request].shares, false))
         .collect();
-    let queries = QueryMatrix::new(party, &people);
+    let queries = QueryMatrix::new(party, &people, scratch);
     // Earlier candidates: the queries of every request that has some, in one run of the
     // query matrix, against all candidates in one backend call per eye and part (the backend
     // lays the candidates out once); each request takes its prefix.
@@ -506,6 +510,7 @@ fn database_span<B: Backend>(
     plan: &BatchPlan,
     queries: &EyeQueries<B>,
     passes: &[core::ops::Range<usize>],
+    scratch: &ScratchPool,
 ) -> Vec<PassInputs> {
     let (Some(first), Some(last)) = (passes.first(), passes.last()) else {
         return Vec::new();
@@ -514,12 +519,12 @@ fn database_span<B: Backend>(
     let width = span.len();
     let mut inputs: Vec<PassInputs> = passes
         .iter()
-        .map(|rows| PassInputs::new(plan.database_pairs(rows.clone())))
+        .map(|rows| PassInputs::new(plan.database_pairs(rows.clone()), scratch))
         .collect();
     let scanning = &plan.scanning;
     let query_rows = scanning.len() * ROTATION_COUNT;
-    let mut code_dots = ScratchVec::zeroed(query_rows * width);
-    let mut mask_dots = ScratchVec::zeroed(query_rows * width);
+    let mut code_dots = scratch.zeroed(query_rows * width);
+    let mut mask_dots = scratch.zeroed(query_rows * width);
     for (eye, [codes, masks]) in Eye::BOTH.into_iter().zip(queries) {
         engine.dot_db_prepared(codes, db, eye, Part::Code, span.clone(), &mut code_dots);
         engine.dot_db_prepared(masks, db, eye, Part::Mask, span.clone(), &mut mask_dots);

@@ -10,7 +10,7 @@ use zeroize::Zeroize;
 
 use crate::backend::Backend;
 use crate::db::{Eye, Part};
-use crate::scratch::ScratchVec;
+use crate::scratch::{ScratchPool, ScratchVec};
 
 /// One party's queries for a pass kind (the first pass's, or the database-scanning ones),
 /// both eyes preprocessed (Lagrange coefficient, basis B), one unrotated row per query per
@@ -36,9 +36,13 @@ impl QueryMatrix {
     /// `party`'s queries of `people`, in order, in parallel; a person flagged `true` is
     /// queried mirrored ([`sdk_orb::mirror::mirror_person`]: a permutation and negation of
     /// whole ring elements, so it is done on the raw shares before preprocessing, with no
-    /// communication).
-    pub fn new(party: PartyId, people: &[(&PartyShares, bool)]) -> QueryMatrix {
-        let matrix = |coefs| ScratchVec::zeroed(people.len() * coefs);
+    /// communication). The matrices come from `scratch`.
+    pub fn new(
+        party: PartyId,
+        people: &[(&PartyShares, bool)],
+        scratch: &ScratchPool,
+    ) -> QueryMatrix {
+        let matrix = |coefs| scratch.zeroed(people.len() * coefs);
         let mut eyes = [
             [matrix(CODE_COEFS), matrix(MASK_COEFS)],
             [matrix(CODE_COEFS), matrix(MASK_COEFS)],
@@ -78,7 +82,7 @@ impl QueryMatrix {
             Part::Mask => &self.eyes[eye.index()][1],
         };
         let rows = &matrix[queries.start * len..queries.end * len];
-        let mut copy = ScratchVec::zeroed(rows.len());
+        let mut copy = matrix.zeroed_like(rows.len());
         copy.copy_from_slice(rows);
         engine.prepare_rotations(copy, len)
     }

@@ -68,7 +68,15 @@ fn run_cases(
                 rules: c.rules.clone(),
             })
             .collect();
-        evaluate(s, &RowBackend(Reference), &db, &requests, config).expect("pipeline")
+        evaluate(
+            s,
+            &RowBackend(Reference),
+            &db,
+            &requests,
+            config,
+            &ScratchPool::default(),
+        )
+        .expect("pipeline")
     });
     out.into_iter().map(|(results, _, _)| results).collect()
 }
@@ -400,7 +408,15 @@ fn the_largest_message_is_four_bytes_per_comparison() {
                 rules: Default::default(),
             })
             .collect();
-        evaluate(s, &RowBackend(Reference), &db, &requests, &config).expect("pipeline")
+        evaluate(
+            s,
+            &RowBackend(Reference),
+            &db,
+            &requests,
+            &config,
+            &ScratchPool::default(),
+        )
+        .expect("pipeline")
     });
     let largest = out
         .iter()
@@ -443,8 +459,13 @@ fn a_span_of_passes_equals_its_passes_one_call_each() {
     }
     let query = synthetic::random_shares(&mut rng);
     let engine = RowBackend(Reference);
-    let queries =
-        QueryMatrix::new(PartyId::ALL[1], &[(&query, false), (&query, true)]).prepare_all(&engine);
+    let scratch = ScratchPool::default();
+    let queries = QueryMatrix::new(
+        PartyId::ALL[1],
+        &[(&query, false), (&query, true)],
+        &scratch,
+    )
+    .prepare_all(&engine);
     let mut request = PipelineRequest::against_database(&query);
     request.rules.mirror = true;
     let plan = BatchPlan::new(
@@ -453,10 +474,17 @@ fn a_span_of_passes_equals_its_passes_one_call_each() {
         &PipelineConfig::with_threshold(DEFAULT_THRESHOLD),
     );
     let passes = [0..4, 4..8, 8..11];
-    let span = database_span(&engine, &db, &plan, &queries, &passes);
+    let span = database_span(&engine, &db, &plan, &queries, &passes, &scratch);
     assert_eq!(span.len(), passes.len());
     for (together, rows) in span.iter().zip(&passes) {
-        let alone = database_span(&engine, &db, &plan, &queries, std::slice::from_ref(rows));
+        let alone = database_span(
+            &engine,
+            &db,
+            &plan,
+            &queries,
+            std::slice::from_ref(rows),
+            &scratch,
+        );
         let [alone] = &alone[..] else {
             panic!("one pass");
         };
@@ -474,4 +502,41 @@ fn a_span_of_passes_equals_its_passes_one_call_each() {
             "the pass holds products"
         );
     }
+}
+
+/// A batch's buffers come from the pool its caller passes and go back there: each party's
+/// pool holds them after its batch, a second batch takes them again rather than adding more,
+/// and no other pool is touched.
+#[test]
+fn a_batch_borrows_its_buffers_from_the_callers_pool() {
+    let mut rng = ChaCha20Rng::seed_from_u64(8);
+    let db_shares: Vec<Box<PartyShares>> = (0..3)
+        .map(|_| synthetic::random_shares(&mut rng))
+        .collect();
+    let queries: Vec<Box<PartyShares>> =
+        (0..2).map(|_| synthetic::random_shares(&mut rng)).collect();
+    let config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
+    let pools: [ScratchPool; 3] = Default::default();
+    let untouched = ScratchPool::default();
+    let batch = || {
+        run_three(9, |s| {
+            let i = s.party().index();
+            let mut db = MatchDb::new();
+            for (d, shares) in db_shares.iter().enumerate() {
+                db.push(d as u64 + 1, shares);
+            }
+            let requests: Vec<_> = queries
+                .iter()
+                .map(|q| PipelineRequest::against_database(q))
+                .collect();
+            let engine = RowBackend(Reference);
+            evaluate(s, &engine, &db, &requests, &config, &pools[i]).expect("pipeline")
+        });
+        pools.each_ref().map(ScratchPool::kept_bytes)
+    };
+    let first = batch();
+    // Two queries' 31 rotations of a code alone are 1.6 MB, past what a pool keeps at least.
+    assert!(first.iter().all(|&kept| kept > 1 << 20), "{first:?}");
+    assert_eq!(batch(), first);
+    assert_eq!(untouched.kept_bytes(), 0);
 }

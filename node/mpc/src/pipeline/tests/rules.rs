@@ -147,6 +147,7 @@ fn without_mirror_detection_nothing_more_is_opened_or_sent() {
                 &db,
                 &requests,
                 &config,
+                &crate::scratch::ScratchPool::default(),
             )
             .expect("pipeline")
         })
