@@ -417,16 +417,12 @@ impl<D: KernelDevice> KernelDevice for Timed<D> {
         self.timed(UPLOAD, || self.inner.upload(bytes))
     }
 
-    fn launch(&self, kernel: &'static str, grid: (u32, u32), block: u32, args: &[Arg]) {
+    fn launch(&self, kernel: &'static str, grid: (u32, u32), block: u32, args: &[Arg<'_, D::Buf>]) {
         self.timed(LAUNCH, || self.inner.launch(kernel, grid, block, args));
     }
 
     fn download(&self, buf: &D::Buf, offset: usize, out: &mut [u8]) {
         self.timed(DOWNLOAD, || self.inner.download(buf, offset, out));
-    }
-
-    fn address(&self, buf: &D::Buf) -> u64 {
-        self.inner.address(buf)
     }
 }
 

@@ -115,17 +115,21 @@ impl KernelDevice for HostDevice {
         out.copy_from_slice(bytes);
     }
 
-    fn address(&self, buf: &HostBuf) -> u64 {
-        buf.base() as u64
-    }
-
-    fn launch(&self, kernel: &'static str, grid: (u32, u32), block: u32, args: &[Arg]) {
+    fn launch(
+        &self,
+        kernel: &'static str,
+        grid: (u32, u32),
+        block: u32,
+        args: &[Arg<'_, HostBuf>],
+    ) {
         // Each argument in a u64 slot: a u32 parameter reads the slot's first four bytes,
         // which hold its value on a little-endian host.
         let mut slots: Vec<u64> = args
             .iter()
             .map(|a| match *a {
-                Arg::Ptr(v) | Arg::U64(v) => v,
+                Arg::Buf(buf, offset) => buf.base() as u64 + offset as u64,
+                Arg::Null => 0,
+                Arg::U64(v) => v,
                 Arg::U32(v) => u64::from(v),
             })
             .collect();

@@ -57,15 +57,38 @@ const BLOCK: u32 = 256;
 /// Bits of the lifted value `x` ([`ocelli_mpc::compare`]).
 const X_BITS: usize = 32;
 
-/// One kernel argument, as `cuLaunchKernel` reads it: a device address or a scalar.
-#[derive(Clone, Copy, Debug)]
-pub enum Arg {
-    /// A device address (0 for an absent buffer).
-    Ptr(u64),
+/// One kernel argument: a place in a device allocation or a scalar. A buffer travels as the
+/// allocation itself, not as its address, so that the device resolves the address at the
+/// launch and holds, until the launch is queued, whatever orders the launch after the
+/// allocation's earlier uses (cudarc's guards record stream events on it).
+pub enum Arg<'a, B> {
+    /// Byte `.1` of the allocation `.0`.
+    Buf(&'a B, usize),
+    /// An absent buffer: address 0.
+    Null,
     /// A 32-bit scalar.
     U32(u32),
     /// A 64-bit scalar.
     U64(u64),
+}
+
+impl<B> Clone for Arg<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Arg<'_, B> {}
+
+impl<B> core::fmt::Debug for Arg<'_, B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Arg::Buf(_, offset) => write!(f, "Buf(+{offset})"),
+            Arg::Null => f.write_str("Null"),
+            Arg::U32(v) => write!(f, "U32({v})"),
+            Arg::U64(v) => write!(f, "U64({v})"),
+        }
+    }
 }
 
 /// Where kernels run: device memory and launches. A failing device ends the batch: these
@@ -79,14 +102,23 @@ pub trait KernelDevice: Send + Sync + 'static {
     fn upload(&self, bytes: &[u8]) -> Self::Buf;
     /// Copies `out.len()` bytes from `offset` in `buf` to `out`, after every launch before.
     fn download(&self, buf: &Self::Buf, offset: usize, out: &mut [u8]);
-    /// The device address of `buf`'s first byte.
-    fn address(&self, buf: &Self::Buf) -> u64;
     /// Runs `kernel` on a `grid` of blocks of `block` threads.
-    fn launch(&self, kernel: &'static str, grid: (u32, u32), block: u32, args: &[Arg]);
+    fn launch(
+        &self,
+        kernel: &'static str,
+        grid: (u32, u32),
+        block: u32,
+        args: &[Arg<'_, Self::Buf>],
+    );
 }
 
 /// Runs `kernel` with at least `threads` threads, in blocks of [`BLOCK`]; none for zero.
-fn launch<D: KernelDevice>(dev: &D, kernel: &'static str, threads: usize, args: &[Arg]) {
+fn launch<D: KernelDevice>(
+    dev: &D,
+    kernel: &'static str,
+    threads: usize,
+    args: &[Arg<'_, D::Buf>],
+) {
     if threads == 0 {
         return;
     }
@@ -196,13 +228,13 @@ impl<D: KernelDevice> DeviceVec<D> {
         Self::from_words(dev, values)
     }
 
-    /// The device address of the first byte.
-    pub fn address(&self) -> u64 {
-        self.dev.address(&self.buf) + self.offset as u64
+    fn arg(&self) -> Arg<'_, D::Buf> {
+        Arg::Buf(&*self.buf, self.offset)
     }
 
-    fn arg(&self) -> Arg {
-        Arg::Ptr(self.address())
+    /// `v`'s argument, or a null address for none.
+    fn arg_or_null(v: Option<&DeviceVec<D>>) -> Arg<'_, D::Buf> {
+        v.map_or(Arg::Null, DeviceVec::arg)
     }
 
     /// Bytes `range` of this one, sharing the allocation.
@@ -298,7 +330,7 @@ impl<D: KernelDevice> DeviceBits<D> {
     }
 }
 
-fn words_arg(n: usize) -> Arg {
+fn words_arg<B>(n: usize) -> Arg<'static, B> {
     Arg::U64(n as u64)
 }
 
@@ -440,7 +472,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
         if words > 0 {
             let first_block = run.word_pos / 16;
             let last_block = (run.word_pos + words as u64 - 1) / 16;
-            let mut args: Vec<Arg> = run.key.iter().map(|&k| Arg::U32(k)).collect();
+            let mut args: Vec<Arg<'_, D::Buf>> = run.key.iter().map(|&k| Arg::U32(k)).collect();
             args.extend([Arg::U64(run.word_pos), Arg::U64(words as u64), out.arg()]);
             let blocks = (last_block - first_block + 1) as usize;
             launch(&*self.dev, "chacha12", blocks, &args);
@@ -463,7 +495,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
         minus: Option<&DeviceVec<D>>,
     ) -> DeviceVec<D> {
         let out = DeviceVec::zeroed(&self.dev, 2 * n);
-        let opt = |v: Option<&DeviceVec<D>>| v.map_or(Arg::Ptr(0), DeviceVec::arg);
+        let opt = DeviceVec::arg_or_null;
         let args = [
             out.arg(),
             x.arg(),
@@ -530,8 +562,8 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
         let party = self.session.party().index();
         let msg = DeviceVec::zeroed(&self.dev, 2 * n);
         let part = DeviceVec::zeroed(&self.dev, 2 * n);
-        let none = Arg::Ptr(0);
-        let run = |dev: &D, streams: [Arg; 3], received: [Arg; 2]| {
+        let none = Arg::Null;
+        let run = |dev: &D, streams: [Arg<'_, D::Buf>; 3], received: [Arg<'_, D::Buf>; 2]| {
             let args = [
                 Arg::U32(party as u32),
                 md.arg(),
@@ -603,7 +635,7 @@ impl<'c, 's, D: KernelDevice, T: Transport> DeviceCircuit<'c, 's, D, T> {
             Arg::U64(n as u64),
             Arg::U64(w as u64),
             Arg::U32(X_BITS as u32),
-            mask.map_or(Arg::Ptr(0), DeviceVec::arg),
+            DeviceVec::arg_or_null(mask),
             out.arg(),
         ];
         launch(&*self.dev, "to_planes", X_BITS * w, &args);

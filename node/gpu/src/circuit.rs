@@ -178,12 +178,13 @@ impl KernelDevice for CudaKernels {
         self.check("synchronize", self.stream.synchronize());
     }
 
-    fn address(&self, buf: &CudaBuf) -> u64 {
-        let (address, _sync) = buf.slice().device_ptr(&self.stream);
-        address
-    }
-
-    fn launch(&self, kernel: &'static str, grid: (u32, u32), block: u32, args: &[Arg]) {
+    fn launch(
+        &self,
+        kernel: &'static str,
+        grid: (u32, u32),
+        block: u32,
+        args: &[Arg<'_, CudaBuf>],
+    ) {
         self.bind();
         let function = &self
             .functions
@@ -191,11 +192,20 @@ impl KernelDevice for CudaKernels {
             .find(|(name, _)| *name == kernel)
             .unwrap_or_else(|| panic!("no kernel {kernel} in KERNELS_CU"))
             .1;
-        // The values the launch reads, in storage that outlives it.
+        // The values the launch reads, in storage that outlives it. Each buffer's guard is
+        // held until the launch is queued: dropping it records the launch as a use of the
+        // allocation on this stream, which later work on another stream waits for.
+        let mut guards = Vec::new();
         let wide: Vec<u64> = args
             .iter()
             .filter_map(|a| match *a {
-                Arg::Ptr(v) | Arg::U64(v) => Some(v),
+                Arg::Buf(buf, offset) => {
+                    let (address, guard) = buf.slice().device_ptr(&self.stream);
+                    guards.push(guard);
+                    Some(address + offset as u64)
+                }
+                Arg::Null => Some(0),
+                Arg::U64(v) => Some(v),
                 Arg::U32(_) => None,
             })
             .collect();
@@ -210,7 +220,9 @@ impl KernelDevice for CudaKernels {
         let (mut w, mut n) = (wide.iter(), narrow.iter());
         for a in args {
             match a {
-                Arg::Ptr(_) | Arg::U64(_) => builder.arg(w.next().expect("one slot per arg")),
+                Arg::Buf(..) | Arg::Null | Arg::U64(_) => {
+                    builder.arg(w.next().expect("one slot per arg"))
+                }
                 Arg::U32(_) => builder.arg(n.next().expect("one slot per arg")),
             };
         }
@@ -224,6 +236,7 @@ impl KernelDevice for CudaKernels {
         // of live allocations on this device large enough for every index the kernel forms
         // from its length arguments; the host parity tests run the same launches.
         let launched = self.timed(|| unsafe { builder.launch(config) });
+        drop(guards);
         self.check(kernel, launched.map(|_| ()));
     }
 }

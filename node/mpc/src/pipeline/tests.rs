@@ -510,9 +510,8 @@ fn a_span_of_passes_equals_its_passes_one_call_each() {
 #[test]
 fn a_batch_borrows_its_buffers_from_the_callers_pool() {
     let mut rng = ChaCha20Rng::seed_from_u64(8);
-    let db_shares: Vec<Box<PartyShares>> = (0..3)
-        .map(|_| synthetic::random_shares(&mut rng))
-        .collect();
+    let db_shares: Vec<Box<PartyShares>> =
+        (0..3).map(|_| synthetic::random_shares(&mut rng)).collect();
     let queries: Vec<Box<PartyShares>> =
         (0..2).map(|_| synthetic::random_shares(&mut rng)).collect();
     let config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
