@@ -47,8 +47,8 @@ fn page_size() -> u64 {
 /// Asks the kernel to back the whole 2 MiB pages inside `buf`'s allocation (its capacity, used
 /// or not) with transparent huge pages, for buffers that are scanned end to end many times
 /// over: the share database. A scan touches a new 4 KiB page every 4 KiB, and its page walks
-/// stall the prefetches that keep the dot products fed (measured: the correlated dot phase
-/// 4 % faster on a database out of cache). A hint: Linux only, and only where the system's
+/// stall the prefetches that keep the dot products fed (docs/benchmarks-history.md has the
+/// runs with and without). A hint: Linux only, and only where the system's
 /// THP mode is `madvise` or `always`; it changes no contents, and an error leaves the pages
 /// as they were. Capacity never touched stays unbacked; what it costs is the rest of the
 /// 2 MiB page the data ends in.
@@ -79,19 +79,18 @@ pub fn advise_huge_pages<T>(buf: &Vec<T>) {
 
 /// Tunes glibc's malloc for the pipeline, which allocates and frees buffers of hundreds of
 /// kilobytes to hundreds of megabytes on many threads:
-/// - at most two arenas: per-thread arenas keep about twice the live memory resident
-///   (measured: 4.2 GB against 2.0 GB for the 600-person demo), at no speed gain;
+/// - at most two arenas: per-thread arenas keep about twice the live memory resident, at no
+///   speed gain;
 /// - buffers up to 32 MiB (glibc's largest mapping threshold) come from the heap, not from a
 ///   fresh mapping each time, and the heap is trimmed only past 1 GiB free: a new mapping is
-///   zeroed by page faults on first touch, which took a third of the demo's system time
-///   (about 12 s against 8 s for the 600-person demo, the same peak resident set);
+///   zeroed by page faults on first touch;
 /// - 128 MiB of padding whenever an arena takes memory from the kernel: the second arena's
 ///   heaps (64 MiB each) are then mapped read-write whole instead of a few pages per
-///   `mprotect`, and stay mapped when they empty. Measured on the 2,080-person demo:
-///   `mprotect` calls 1,076 against 9,634, page faults 0.61 M against 0.96 M. In the
-///   comparison phase, whose passes take and free tens of megabytes at a time, clearing
-///   fresh pages, the faults and the TLB flushes they send the other cores had taken 43 % of
-///   the time (the bench at the demo's batch shape); with the padding, under 6 %.
+///   `mprotect`, and stay mapped when they empty, so the comparison phase's passes, which take
+///   and free tens of megabytes at a time, do not fault on fresh pages or flush the other
+///   cores' TLBs.
+///
+/// The measurements behind each setting are in docs/benchmarks-history.md (`tune_malloc`).
 ///
 /// Call it before starting threads; elsewhere than glibc it does nothing.
 #[allow(unsafe_code)]
