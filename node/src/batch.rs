@@ -10,7 +10,7 @@
 pub(crate) mod plan;
 
 use ocelli_mpc::requests::PublicRequest;
-use sdk_orb::RequestType;
+use sdk_orb::{PartyId, RequestType};
 
 pub use ocelli_mpc::requests::Outcome;
 
@@ -52,12 +52,12 @@ pub enum ApplyError {
     /// Recorded outcomes (a replay, a fetched batch, or a commit claiming them) without a
     /// valid attestation of this exact batch by `party`, one of the two other nodes: this
     /// node neither computed them nor saw both others sign them, so it applies nothing.
-    #[error("batch {batch_id}: recorded outcomes lack a valid signature of party {party}")]
+    #[error("batch {batch_id}: recorded outcomes lack a valid signature of {party}")]
     Unattested {
         /// The batch.
         batch_id: u64,
         /// The party whose signature is missing or invalid.
-        party: u8,
+        party: PartyId,
     },
     /// A fresh commit whose attempt is not newer than the one this node last attested for the
     /// batch (or is 0): attesting it could let two different outcomes of the batch be applied.
@@ -102,28 +102,28 @@ pub enum EvalError {
     #[error("peer clients are not set up (the node is not serving)")]
     NotServing,
     /// No client is configured for a peer.
-    #[error("no client for party {0}")]
-    NoClient(u8),
+    #[error("no client for {0}")]
+    NoClient(PartyId),
     /// A link to a peer could not be opened.
-    #[error("opening the link to party {party}: {reason}")]
+    #[error("opening the link to {party}: {reason}")]
     Link {
         /// The peer.
-        party: u8,
+        party: PartyId,
         /// What the transport said.
         reason: String,
     },
     /// A link closed before the session's keys were agreed.
-    #[error("link to party {0} closed")]
-    LinkClosed(u8),
+    #[error("link to {0} closed")]
+    LinkClosed(PartyId),
     /// A peer sent no key agreement message in time, or a malformed one.
-    #[error("no valid key agreement message from party {0}")]
-    KeyMessage(u8),
+    #[error("no valid key agreement message from {0}")]
+    KeyMessage(PartyId),
     /// The pairwise keys with a peer could not be agreed or confirmed: the batch stops before
     /// any round, and runs again.
-    #[error("MPC keys with party {party}: {reason}")]
+    #[error("MPC keys with {party}: {reason}")]
     KeyAgreement {
         /// The peer.
-        party: u8,
+        party: PartyId,
         /// Why.
         reason: ocelli_mpc::randomness::KeyAgreementError,
     },

@@ -73,10 +73,7 @@ pub fn verify_result(
     signed: &SignedResult,
     key: &ed25519_dalek::VerifyingKey,
 ) -> Result<NodeResult, &'static str> {
-    let party = u8::try_from(signed.party_id)
-        .ok()
-        .and_then(|p| sdk_orb::PartyId::try_from(p).ok())
-        .ok_or("bad party id")?;
+    let party = sdk_orb::PartyId::try_from(signed.party_id).map_err(|_| "bad party id")?;
     let sig =
         ed25519_dalek::Signature::from_slice(&signed.signature).map_err(|_| "bad signature")?;
     key.verify_strict(&result_signing_message(party, &signed.result), &sig)
@@ -104,8 +101,10 @@ pub fn agree(
     let mut seen = [false; 3];
     let mut out = None;
     for r in results {
-        let p = usize::try_from(r.party_id).map_err(|_| "bad party id")?;
-        let key = keys.get(p).ok_or("bad party id")?;
+        let p = sdk_orb::PartyId::try_from(r.party_id)
+            .map_err(|_| "bad party id")?
+            .index();
+        let key = &keys[p];
         if std::mem::replace(&mut seen[p], true) {
             return Err("two results from one party");
         }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use rand_core::{CryptoRng, RngCore};
 use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
 use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
-use sdk_orb::{IrisTemplate, RequestId};
+use sdk_orb::{IrisTemplate, PartyId, RequestId};
 use shared_proto::v1::{
     GetResultRequest, NodeResult, SignedResult, StreamResultsRequest, SubmitRequest,
 };
@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use crate::batch::BatchEvaluator;
 use crate::client::{agree, OrbClient};
 use crate::config::NodeConfig;
-use crate::keys::{keygen, read_key32, KeygenOptions};
+use crate::keys::{keygen, party_dir, read_key32, KeygenOptions};
 use crate::node::{NodeState, StartError};
 use crate::server::{self, Listeners};
 
@@ -46,8 +46,8 @@ fn keys_dir(dir: &Path) -> PathBuf {
     dir.join("keys")
 }
 
-fn config_path(dir: &Path, party: u8) -> PathBuf {
-    keys_dir(dir).join(format!("party{party}.toml"))
+fn config_path(dir: &Path, party: PartyId) -> PathBuf {
+    keys_dir(dir).join(format!("{}.toml", party_dir(party)))
 }
 
 impl Deployment {
@@ -61,7 +61,7 @@ impl Deployment {
         dir: &Path,
         tweak: &(dyn Fn(&mut toml::Table) + Sync),
     ) -> Result<(Self, Option<Vec<Listeners>>), ToolError> {
-        if config_path(dir, 0).exists() {
+        if config_path(dir, PartyId::ALL[0]).exists() {
             return Ok((Self::open(dir)?, None));
         }
         std::fs::create_dir_all(dir)?;
@@ -78,11 +78,14 @@ impl Deployment {
             addrs.push([o, p, m]);
             listeners.push(l);
         }
-        for party in 0u8..3 {
+        for party in PartyId::ALL {
             let path = keys.config(party);
             let mut t: toml::Table = std::fs::read_to_string(&path)?.parse()?;
-            t.insert("data_dir".into(), format!("../data/party{party}").into());
-            let [o, p, m] = addrs[usize::from(party)];
+            t.insert(
+                "data_dir".into(),
+                format!("../data/{}", party_dir(party)).into(),
+            );
+            let [o, p, m] = addrs[party.index()];
             let mut listen = toml::Table::new();
             listen.insert("orb".into(), o.to_string().into());
             listen.insert("peer".into(), p.to_string().into());
@@ -93,11 +96,10 @@ impl Deployment {
                     if let toml::Value::Table(peer) = peer {
                         let id = peer
                             .get("party_id")
-                            .and_then(toml::Value::as_integer)
-                            .and_then(|i| usize::try_from(i).ok())
-                            .filter(|&i| i < 3)
+                            .cloned()
+                            .and_then(|id| id.try_into::<PartyId>().ok())
                             .ok_or("keygen wrote a peer without a party id")?;
-                        peer.insert("address".into(), addrs[id][1].to_string().into());
+                        peer.insert("address".into(), addrs[id.index()][1].to_string().into());
                     }
                 }
             }
@@ -113,7 +115,8 @@ impl Deployment {
     /// # Errors
     /// Missing or invalid configs.
     pub fn open(dir: &Path) -> Result<Self, ToolError> {
-        let configs = (0u8..3)
+        let configs = PartyId::ALL
+            .into_iter()
             .map(|p| NodeConfig::load(&config_path(dir, p)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
@@ -135,8 +138,8 @@ impl Deployment {
         let nodes = NodePublicKeys::from_bytes(&bundle).map_err(|e| e.to_string())?;
         let mut result_keys = Vec::new();
         let mut clients = Vec::new();
-        for (party, cfg) in self.configs.iter().enumerate() {
-            let pk = read_key32(&keys.join(format!("party{party}/result-verifying.pub")))?;
+        for (party, cfg) in PartyId::ALL.into_iter().zip(&self.configs) {
+            let pk = read_key32(&keys.join(party_dir(party)).join("result-verifying.pub"))?;
             result_keys.push(ed25519_dalek::VerifyingKey::from_bytes(&pk)?);
             clients.push(OrbClient::with_identity(
                 cfg.listen.orb,
@@ -353,16 +356,15 @@ impl Orb {
                 .await
             }
         });
-        for (party, r) in futures::future::join_all(calls)
-            .await
+        for (party, r) in PartyId::ALL
             .into_iter()
-            .enumerate()
+            .zip(futures::future::join_all(calls).await)
         {
             r.map_err(|s| {
                 if unreachable(&s) {
-                    format!("party {party} could not be reached: {}", s.message())
+                    format!("{party} could not be reached: {}", s.message())
                 } else {
-                    format!("party {party} refused the envelope: {}", s.message())
+                    format!("{party} refused the envelope: {}", s.message())
                 }
             })?;
         }

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sdk_orb::PartyId;
 use serde::{Deserialize, Serialize};
 
 pub use schema::{Key, Kind};
@@ -31,8 +32,8 @@ pub fn max_pass_comparisons_allowed() -> usize {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
-    /// This node's party id, 0, 1 or 2.
-    pub party_id: u8,
+    /// This node's party id, 0, 1 or 2 (another number does not parse).
+    pub party_id: PartyId,
     /// Directory of the redb store.
     pub data_dir: PathBuf,
     /// Listen addresses.
@@ -383,7 +384,7 @@ impl Default for MatchingConfig {
 #[serde(deny_unknown_fields)]
 pub struct PeerConfig {
     /// Its party id.
-    pub party_id: u8,
+    pub party_id: PartyId,
     /// Its node-to-node address.
     pub address: SocketAddr,
     /// The only certificate accepted from it (PEM).
@@ -650,14 +651,9 @@ impl NodeConfig {
     /// [`ConfigError::Invalid`] naming the problem, [`ConfigError::StoreTls`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
-        if self.party_id > 2 {
-            return bad("party_id must be 0, 1 or 2");
-        }
-        let mut ids: Vec<u8> = self.peers.iter().map(|p| p.party_id).collect();
+        let mut ids: Vec<PartyId> = self.peers.iter().map(|p| p.party_id).collect();
         ids.sort_unstable();
-        let mut want: Vec<u8> = (0..3).filter(|&i| i != self.party_id).collect();
-        want.sort_unstable();
-        if ids != want {
+        if ids[..] != crate::ids::others(self.party_id)[..] {
             return bad("peers must list exactly the two other party ids");
         }
         if self.batch.max_size == 0 {
@@ -763,7 +759,7 @@ impl NodeConfig {
     }
 
     /// The peer entry for `party_id`.
-    pub fn peer(&self, party_id: u8) -> Option<&PeerConfig> {
+    pub fn peer(&self, party_id: PartyId) -> Option<&PeerConfig> {
         self.peers.iter().find(|p| p.party_id == party_id)
     }
 }
@@ -862,8 +858,34 @@ cert = "p2.pem"
         c.store.url = None;
         let e = c.apply_env(|k| (k == "OCELLI_PARTY_ID").then(|| "x".to_owned()));
         assert!(matches!(e, Err(ConfigError::Env { .. })));
-        c.party_id = 0;
-        assert!(c.validate().is_err());
+        c.party_id = PartyId::ALL[0];
+        assert!(c.validate().is_err(), "the peers are not the two others");
+        Ok(())
+    }
+
+    /// A party id names one of the three parties or the config does not parse, and the error
+    /// shows the setting: nothing later meets party 3.
+    #[test]
+    fn a_party_id_outside_0_to_2_is_refused_naming_the_setting(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        for (line, bad) in [
+            ("party_id = 1", "party_id = 3"),
+            ("party_id = 2", "party_id = 7"),
+        ] {
+            let text = SAMPLE.replacen(line, bad, 1);
+            let e = NodeConfig::from_toml(&text)
+                .err()
+                .ok_or_else(|| format!("{bad} parsed"))?
+                .to_string();
+            assert!(e.contains(bad) && e.contains("is not 0, 1 or 2"), "{e}");
+        }
+        let mut c = NodeConfig::from_toml(SAMPLE)?;
+        let e = c.apply_env(|k| (k == "OCELLI_PARTY_ID").then(|| "3".to_owned()));
+        assert!(
+            matches!(&e, Err(ConfigError::Env { var, .. }) if var == "OCELLI_PARTY_ID"),
+            "{e:?}"
+        );
+        assert_eq!(c.party_id, PartyId::ALL[1]);
         Ok(())
     }
 
@@ -935,8 +957,8 @@ cert = "p2.pem"
     /// The written config is the structs' serialization, and reads back equal.
     #[test]
     fn a_written_config_reads_back() -> Result<(), Box<dyn std::error::Error>> {
-        let c = crate::keys::sample_node_config(1, 7000);
-        let text = crate::keys::sample_config(1, 7000)?;
+        let c = crate::keys::sample_node_config(PartyId::ALL[1], 7000);
+        let text = crate::keys::sample_config(PartyId::ALL[1], 7000)?;
         let back = NodeConfig::from_toml(&text)?;
         assert_eq!(back.to_toml()?, c.to_toml()?);
         assert_eq!(back.listen.peer, "127.0.0.1:7011".parse()?);

@@ -28,7 +28,7 @@ use self::fixture::{fixture_meta, fixture_queue, intake_policies};
 use crate::agreement::coordinator::{catching_up, tally, vote_on, CatchingUp};
 use crate::batch::plan::Planned;
 use crate::config::NodeConfig;
-use crate::ids::RequestId;
+use crate::ids::{PartyId, RequestId};
 use crate::intake::RejectReason;
 use crate::shares::StoredShares;
 use crate::store::{RequestRecord, RequestState};
@@ -154,9 +154,8 @@ pub fn config(data: &[u8]) {
         let _ = e.to_string();
         return;
     }
-    assert!(cfg.party_id < 3);
-    for p in (0u8..3).filter(|&p| p != cfg.party_id) {
-        assert!(cfg.peer(p).is_some(), "a valid config names party {p}");
+    for p in crate::ids::others(cfg.party_id) {
+        assert!(cfg.peer(p).is_some(), "a valid config names {p}");
     }
     let _ = (cfg.batch.interval(), cfg.batch.commit_timeout());
     cfg.resolve_paths(Path::new("/fuzz"));
@@ -316,17 +315,18 @@ fn vote(v: BatchVote) {
         expired: Vec::new(),
         attested_attempt: 0,
     };
-    let votes = BTreeMap::from([(1u8, v), (2u8, accept_all)]);
+    let [_, one, two] = PartyId::ALL;
+    let votes = BTreeMap::from([(one, v), (two, accept_all)]);
     match catching_up(peer_fixture::LAST_APPLIED_BATCH, &votes) {
         CatchingUp::Fetch { party, to } => {
-            assert_eq!(party, 1);
+            assert_eq!(party, one);
             assert!(to > peer_fixture::LAST_APPLIED_BATCH);
         }
         CatchingUp::Replay(behind) => {
             assert_eq!(behind.len(), 1);
             assert!(behind
                 .iter()
-                .all(|&(p, from)| p == 1 && from <= peer_fixture::LAST_APPLIED_BATCH));
+                .all(|&(p, from)| p == one && from <= peer_fixture::LAST_APPLIED_BATCH));
         }
         CatchingUp::No => {
             let mut c = BatchCommit::default();
@@ -500,7 +500,7 @@ mod tests {
         orb_request(&stream_results_input(&[&[1; 3]]));
         orb_request(&submit_input(b"not an envelope"));
         orb_request(&[]);
-        let sample = crate::keys::sample_config(1, 50050).expect("sample");
+        let sample = crate::keys::sample_config(PartyId::ALL[1], 50050).expect("sample");
         config(&config_input(&sample, &[]));
         config(&config_input(
             &sample,
@@ -514,7 +514,7 @@ mod tests {
 
     #[test]
     fn a_valid_sample_config_passes_the_target_checks() {
-        let sample = crate::keys::sample_config(2, 50050).expect("sample");
+        let sample = crate::keys::sample_config(PartyId::ALL[2], 50050).expect("sample");
         let cfg = NodeConfig::from_toml(&sample).expect("sample parses");
         cfg.validate().expect("sample is valid");
         config(&config_input(&sample, &[("OCELLI_BATCH_MAX_SIZE", "9")]));

@@ -229,9 +229,6 @@ pub struct Accepted {
 /// Why the intake policy cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeSetupError {
-    /// The party id is not 0, 1 or 2.
-    #[error("{0}")]
-    Party(sdk_orb::InvalidPartyId),
     /// The HPKE secret is not a valid X25519 key.
     #[error("invalid HPKE secret key")]
     HpkeSecret,
@@ -241,14 +238,13 @@ impl IntakePolicy {
     /// Builds the policy.
     ///
     /// # Errors
-    /// `party` is not 0, 1 or 2, or the secret is not an X25519 key.
+    /// The secret is not an X25519 key.
     pub fn new(
-        party: u8,
+        party: PartyId,
         secret_bytes: &[u8; 32],
         orb_keys: impl IntoIterator<Item = ed25519_dalek::VerifyingKey>,
         cfg: &crate::config::IntakeConfig,
     ) -> Result<Self, IntakeSetupError> {
-        let party = PartyId::try_from(party).map_err(IntakeSetupError::Party)?;
         Ok(Self {
             party,
             secret: NodeSecretKey::from_bytes(secret_bytes)

@@ -21,6 +21,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rand_core::OsRng;
+use sdk_orb::PartyId;
 use zeroize::Zeroizing;
 
 /// Errors while generating or loading keys.
@@ -96,12 +97,12 @@ impl KeygenOutput {
         self.dir.join("ca.pem")
     }
     /// `partyN/<name>`.
-    pub fn party_file(&self, party: u8, name: &str) -> PathBuf {
-        self.dir.join(format!("party{party}")).join(name)
+    pub fn party_file(&self, party: PartyId, name: &str) -> PathBuf {
+        self.dir.join(party_dir(party)).join(name)
     }
     /// `partyN.toml`.
-    pub fn config(&self, party: u8) -> PathBuf {
-        self.dir.join(format!("party{party}.toml"))
+    pub fn config(&self, party: PartyId) -> PathBuf {
+        self.dir.join(format!("{}.toml", party_dir(party)))
     }
     /// `orb/orb-signing.key`.
     pub fn orb_signing_key(&self) -> PathBuf {
@@ -119,6 +120,11 @@ impl KeygenOutput {
     pub fn results_consumer(&self) -> PathBuf {
         self.dir.join(RESULTS_CONSUMER)
     }
+}
+
+/// `partyN`: what a party's key directory, config file and data directory are named after.
+pub fn party_dir(party: PartyId) -> String {
+    format!("party{}", party.get())
 }
 
 /// How many orb gateway identities `keygen` issues (`gateway0`, `gateway1`, ...).
@@ -203,12 +209,12 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
 
     let mut hpke_pubs = Vec::with_capacity(96);
     let mut bundle = String::from("# ocelli public key bundle (hex)\n");
-    for party in 0u8..3 {
+    for party in PartyId::ALL {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(opts.hosts.clone())?;
         params
             .distinguished_name
-            .push(DnType::CommonName, format!("ocelli party {party}"));
+            .push(DnType::CommonName, format!("ocelli party {}", party.get()));
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
@@ -260,7 +266,8 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
             force,
         )?;
         bundle.push_str(&format!(
-            "[party{party}]\nhpke_public = \"{}\"\nresult_verifying = \"{}\"\n",
+            "[{}]\nhpke_public = \"{}\"\nresult_verifying = \"{}\"\n",
+            party_dir(party),
             hex::encode(hpke_pub),
             hex::encode(verify.as_bytes())
         ));
@@ -319,7 +326,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
         force,
     )?;
 
-    for party in 0u8..3 {
+    for party in PartyId::ALL {
         write_file(
             &out.config(party),
             sample_config(party, opts.base_port)?.as_bytes(),
@@ -331,14 +338,14 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
 }
 
 /// A node config for party `party` on 127.0.0.1, paths relative to the key directory.
-pub fn sample_node_config(party: u8, base: u16) -> crate::config::NodeConfig {
+pub fn sample_node_config(party: PartyId, base: u16) -> crate::config::NodeConfig {
     use crate::config::{KeysConfig, ListenConfig, NodeConfig, PeerConfig, TlsConfig};
-    let port = |off: u16, p: u8| base.saturating_add(off).saturating_add(u16::from(p));
+    let port = |off: u16, p: PartyId| base.saturating_add(off).saturating_add(u16::from(p.get()));
     let local = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let dir = |p: u8, file: &str| PathBuf::from(format!("party{p}/{file}"));
+    let dir = |p: PartyId, file: &str| Path::new(&party_dir(p)).join(file);
     NodeConfig {
         party_id: party,
-        data_dir: PathBuf::from(format!("data/party{party}")),
+        data_dir: Path::new("data").join(party_dir(party)),
         listen: ListenConfig {
             orb: local(port(0, party)),
             peer: local(port(10, party)),
@@ -357,8 +364,8 @@ pub fn sample_node_config(party: u8, base: u16) -> crate::config::NodeConfig {
             result_signing: dir(party, "result-signing.key"),
             orb_allow_list: "orb-allow-list.txt".into(),
         },
-        peers: (0u8..3)
-            .filter(|&p| p != party)
+        peers: crate::ids::others(party)
+            .into_iter()
             .map(|peer| PeerConfig {
                 party_id: peer,
                 address: local(port(10, peer)),
@@ -381,7 +388,7 @@ pub fn sample_node_config(party: u8, base: u16) -> crate::config::NodeConfig {
 ///
 /// # Errors
 /// None in practice: its paths are UTF-8.
-pub fn sample_config(party: u8, base: u16) -> Result<String, crate::config::ConfigError> {
+pub fn sample_config(party: PartyId, base: u16) -> Result<String, crate::config::ConfigError> {
     Ok(format!(
         "# A node config written by `ocelli-node keygen`; every key and the OCELLI_* variables\n\
          # that override them: docs/operations.md.\n\n{}",
@@ -513,9 +520,9 @@ mod tests {
         let out = keygen(&KeygenOptions::local(dir.path()))?;
         for p in [
             dir.path().join("ca.key.pem"),
-            out.party_file(1, "tls.key.pem"),
-            out.party_file(2, "hpke.key"),
-            out.party_file(0, "result-signing.key"),
+            out.party_file(PartyId::ALL[1], "tls.key.pem"),
+            out.party_file(PartyId::ALL[2], "hpke.key"),
+            out.party_file(PartyId::ALL[0], "result-signing.key"),
             out.orb_signing_key(),
         ] {
             let mode = fs::metadata(&p)?.permissions().mode() & 0o777;
@@ -526,9 +533,9 @@ mod tests {
             read_allow_list(&dir.path().join("orb-allow-list.txt"))?.len(),
             1
         );
-        let _ = read_key32(&out.party_file(0, "hpke.key"))?;
-        let cfg = crate::config::NodeConfig::load(&out.config(2))?;
-        assert_eq!(cfg.party_id, 2);
+        let _ = read_key32(&out.party_file(PartyId::ALL[0], "hpke.key"))?;
+        let cfg = crate::config::NodeConfig::load(&out.config(PartyId::ALL[2]))?;
+        assert_eq!(cfg.party_id, PartyId::ALL[2]);
         // A second run without --force refuses to overwrite.
         assert!(keygen(&KeygenOptions::local(dir.path())).is_err());
         Ok(())

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
+use sdk_orb::PartyId;
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
@@ -63,10 +64,10 @@ pub enum LinkError {
     #[error("the peer did not agree to the MPC link protocol")]
     Protocol,
     /// The peer did not open the session in time.
-    #[error("party {peer} did not open MPC session {session} in time")]
+    #[error("{peer} did not open MPC session {session} in time")]
     NotOpened {
         /// The peer.
-        peer: u8,
+        peer: PartyId,
         /// The session.
         session: u64,
     },
@@ -161,7 +162,7 @@ async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, payload: &[u8]) -> Result
 /// Runs a link over a connection that has named its session: a task reading frames into the
 /// link's receiver, and one writing what the link sends. Dropping the link's sender closes
 /// the connection's sending side; the peer closing ends the receiver.
-fn spawn_link<S>(stream: S, peer: u8, session: u64) -> MpcLink
+fn spawn_link<S>(stream: S, peer: PartyId, session: u64) -> MpcLink
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -177,7 +178,7 @@ where
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(peer, session, error = %e, "MPC link closed");
+                    tracing::warn!(peer = peer.get(), session, error = %e, "MPC link closed");
                     break;
                 }
             }
@@ -187,7 +188,7 @@ where
     tokio::spawn(async move {
         while let Some(m) = out_rx.recv().await {
             if let Err(e) = write_frame(&mut writer, &m).await {
-                tracing::warn!(peer, session, error = %e, "MPC link closed");
+                tracing::warn!(peer = peer.get(), session, error = %e, "MPC link closed");
                 return;
             }
         }
@@ -207,7 +208,7 @@ type Unstarted = Box<dyn FnOnce() -> MpcLink + Send>;
 /// Incoming links waiting to be claimed, by (session id, peer party), oldest first.
 #[derive(Default)]
 pub struct LinkHub {
-    waiting: Mutex<VecDeque<((u64, u8), Unstarted)>>,
+    waiting: Mutex<VecDeque<((u64, PartyId), Unstarted)>>,
     arrived: Notify,
 }
 
@@ -218,13 +219,17 @@ impl std::fmt::Debug for LinkHub {
 }
 
 impl LinkHub {
-    fn offer(&self, session: u64, peer: u8, link: Unstarted) {
+    fn offer(&self, session: u64, peer: PartyId, link: Unstarted) {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         waiting.retain(|(key, _)| *key != (session, peer));
         waiting.push_back(((session, peer), link));
         if waiting.len() > UNCLAIMED_LINKS {
             if let Some(((session, peer), _)) = waiting.pop_front() {
-                tracing::info!(peer, session, "closed an MPC link nobody claimed");
+                tracing::info!(
+                    peer = peer.get(),
+                    session,
+                    "closed an MPC link nobody claimed"
+                );
             }
         }
         drop(waiting);
@@ -246,7 +251,7 @@ impl LinkHub {
     pub async fn accept(
         &self,
         session: u64,
-        peer: u8,
+        peer: PartyId,
         timeout: Duration,
     ) -> Result<MpcLink, LinkError> {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -280,8 +285,7 @@ pub(crate) async fn serve(
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .and_then(|c| certs.party_of(c))
-        .map(sdk_orb::PartyId::get);
+        .and_then(|c| certs.party_of(c));
     let Some(peer) = peer else {
         tracing::info!("MPC connection without a configured peer certificate refused");
         return;
@@ -290,7 +294,10 @@ pub(crate) async fn serve(
     match tokio::time::timeout(HELLO_TIMEOUT, tls.read_exact(&mut session)).await {
         Ok(Ok(_)) => {}
         _ => {
-            tracing::info!(peer, "MPC connection closed before naming its session");
+            tracing::info!(
+                peer = peer.get(),
+                "MPC connection closed before naming its session"
+            );
             return;
         }
     }
@@ -306,7 +313,7 @@ pub(crate) async fn serve(
 /// Opens MPC links to one peer.
 #[derive(Clone)]
 pub struct MpcDialer {
-    party: u8,
+    party: PartyId,
     addr: SocketAddr,
     name: ServerName<'static>,
     connector: TlsConnector,
@@ -331,7 +338,7 @@ impl MpcDialer {
     /// # Errors
     /// An invalid server name.
     pub fn new(
-        party: u8,
+        party: PartyId,
         addr: SocketAddr,
         server_name: &str,
         config: &ClientConfig,
@@ -372,7 +379,7 @@ impl MpcDialer {
 /// Clients for the two peers, by party id: the gRPC peer service, and the MPC links.
 #[derive(Clone, Debug)]
 pub struct Peers {
-    pub(crate) clients: Vec<(u8, PeerServiceClient<Channel>)>,
+    pub(crate) clients: Vec<(PartyId, PeerServiceClient<Channel>)>,
     mpc: Vec<MpcDialer>,
 }
 
@@ -380,8 +387,8 @@ pub struct Peers {
 #[derive(Debug, thiserror::Error)]
 pub enum PeersError {
     /// The TLS set-up has no client configuration for a configured peer.
-    #[error("no TLS client config for party {0}")]
-    NoTlsConfig(u8),
+    #[error("no TLS client config for {0}")]
+    NoTlsConfig(PartyId),
     /// A peer's address or server name is unusable.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
@@ -419,7 +426,7 @@ impl Peers {
     }
 
     /// The client for `party`.
-    pub fn client(&self, party: u8) -> Option<&PeerServiceClient<Channel>> {
+    pub fn client(&self, party: PartyId) -> Option<&PeerServiceClient<Channel>> {
         self.clients
             .iter()
             .find(|(p, _)| *p == party)
@@ -427,7 +434,7 @@ impl Peers {
     }
 
     /// The MPC link dialer for `party`.
-    pub fn mpc(&self, party: u8) -> Option<&MpcDialer> {
+    pub fn mpc(&self, party: PartyId) -> Option<&MpcDialer> {
         self.mpc.iter().find(|d| d.party == party)
     }
 }
@@ -468,8 +475,9 @@ mod tests {
                 }
             })
         };
+        let peer = PartyId::ALL[1];
         for session in 0..=UNCLAIMED_LINKS as u64 {
-            hub.offer(session, 1, link());
+            hub.offer(session, peer, link());
         }
         assert_eq!(
             started.load(Ordering::SeqCst),
@@ -478,15 +486,15 @@ mod tests {
         );
         let now = Duration::ZERO;
         assert!(
-            hub.accept(0, 1, now).await.is_err(),
+            hub.accept(0, peer, now).await.is_err(),
             "the oldest was closed"
         );
         for session in 1..=UNCLAIMED_LINKS as u64 {
-            hub.accept(session, 1, now).await?;
+            hub.accept(session, peer, now).await?;
         }
         assert_eq!(started.load(Ordering::SeqCst), UNCLAIMED_LINKS);
         assert!(
-            hub.accept(1, 1, now).await.is_err(),
+            hub.accept(1, peer, now).await.is_err(),
             "a link is claimed once"
         );
         Ok(())

@@ -38,9 +38,6 @@ type Seed = Zeroizing<[u8; 32]>;
 /// Why the matching evaluator cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    /// The configured party id is not 0, 1 or 2.
-    #[error("{0}")]
-    Party(sdk_orb::InvalidPartyId),
     /// The compute backend.
     #[error(transparent)]
     Backend(#[from] BuildError),
@@ -97,19 +94,19 @@ pub fn cpu(
 /// chooses its backend; everything downstream is generic over [`Backend`].
 ///
 /// # Errors
-/// An invalid party id, or a backend that cannot run here.
+/// A backend that cannot run here.
 fn mpc_evaluator(config: &NodeConfig) -> Result<Arc<dyn BatchEvaluator>, SetupError> {
     let m = &config.matching;
     match m.engine {
         crate::config::EngineKind::Cpu => {
             let backend = cpu(None, m.threads).map_err(BuildError::from)?;
-            Ok(Arc::new(MpcEvaluator::new(config, backend)?))
+            Ok(Arc::new(MpcEvaluator::new(config, backend)))
         }
         #[cfg(feature = "gpu")]
         crate::config::EngineKind::Gpu => {
             let backend =
                 ocelli_gpu::GpuEngine::with_devices(&m.gpu_devices).map_err(BuildError::from)?;
-            Ok(Arc::new(MpcEvaluator::new(config, backend)?))
+            Ok(Arc::new(MpcEvaluator::new(config, backend)))
         }
         #[cfg(not(feature = "gpu"))]
         crate::config::EngineKind::Gpu => Err(BuildError::GpuNotBuilt.into()),
@@ -140,18 +137,14 @@ impl<B: Backend> std::fmt::Debug for MpcEvaluator<B> {
 impl<B: Backend> MpcEvaluator<B> {
     /// The evaluator `config` describes, on `engine`. It holds no long-term key: each
     /// session's pairwise seeds are agreed on its links.
-    ///
-    /// # Errors
-    /// An invalid party id.
-    pub fn new(config: &NodeConfig, engine: B) -> Result<Self, SetupError> {
-        let party = PartyId::try_from(config.party_id).map_err(SetupError::Party)?;
+    pub fn new(config: &NodeConfig, engine: B) -> Self {
         let m = &config.matching;
         let mut pipeline = PipelineConfig::with_threshold(m.threshold);
         pipeline.privacy_max = m.privacy_max;
         pipeline.chunk_entries = m.chunk_entries;
         pipeline.max_pass_comparisons = m.max_pass_comparisons;
-        Ok(Self {
-            party,
+        Self {
+            party: config.party_id,
             engine,
             pipeline,
             rules: MatchRules {
@@ -160,7 +153,7 @@ impl<B: Backend> MpcEvaluator<B> {
             },
             round_timeout: Duration::from_millis(m.round_timeout_ms),
             scratch: ScratchPool::default(),
-        })
+        }
     }
 
     /// Refuses the requests whose shares do not encode iris templates (docs/threat-model.md):
@@ -216,15 +209,14 @@ impl<B: Backend> MpcEvaluator<B> {
             let session = ctx.session;
             let timeout = self.round_timeout;
             async move {
-                let party = peer.get();
                 if me < peer {
-                    let dialer = peers.mpc(party).ok_or(EvalError::NoClient(party))?;
+                    let dialer = peers.mpc(peer).ok_or(EvalError::NoClient(peer))?;
                     dialer.dial(session).await
                 } else {
-                    hub.accept(session, party, timeout).await
+                    hub.accept(session, peer, timeout).await
                 }
                 .map_err(|e| EvalError::Link {
-                    party,
+                    party: peer,
                     reason: e.to_string(),
                 })
             }
@@ -258,7 +250,7 @@ impl<B: Backend> MpcEvaluator<B> {
                 .receive(link, *peer)?
                 .as_slice()
                 .try_into()
-                .map_err(|_| EvalError::KeyMessage(peer.get()))?;
+                .map_err(|_| EvalError::KeyMessage(*peer))?;
             let k = ex
                 .finish(session, &theirs)
                 .map_err(|e| self.key_failure(metrics, *peer, e))?;
@@ -275,17 +267,17 @@ impl<B: Backend> MpcEvaluator<B> {
         }
         let prev_seed = seeds
             .pop()
-            .ok_or(EvalError::KeyMessage(self.party.prev().get()))?;
+            .ok_or(EvalError::KeyMessage(self.party.prev()))?;
         let next_seed = seeds
             .pop()
-            .ok_or(EvalError::KeyMessage(self.party.next().get()))?;
+            .ok_or(EvalError::KeyMessage(self.party.next()))?;
         Ok((next_seed, prev_seed))
     }
 
     fn receive(&self, link: &MpcLink, peer: PartyId) -> Result<Vec<u8>, EvalError> {
         link.recv
             .recv_timeout(self.round_timeout)
-            .map_err(|_| EvalError::KeyMessage(peer.get()))
+            .map_err(|_| EvalError::KeyMessage(peer))
     }
 
     /// Logs and counts a failed key agreement with `peer`.
@@ -296,9 +288,9 @@ impl<B: Backend> MpcEvaluator<B> {
         reason: KeyAgreementError,
     ) -> EvalError {
         tracing::error!(peer = peer.get(), %reason, "MPC key agreement failed; the batch stops");
-        metrics.key_agreement_failure(peer.get());
+        metrics.key_agreement_failure(peer);
         EvalError::KeyAgreement {
-            party: peer.get(),
+            party: peer,
             reason,
         }
     }
@@ -308,7 +300,7 @@ fn send(link: &MpcLink, peer: PartyId, message: Vec<u8>) -> Result<(), EvalError
     if (link.send)(message) {
         Ok(())
     } else {
-        Err(EvalError::LinkClosed(peer.get()))
+        Err(EvalError::LinkClosed(peer))
     }
 }
 

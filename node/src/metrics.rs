@@ -6,6 +6,12 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+use sdk_orb::PartyId;
+
+/// A party as a label value (`party`, `peer`): its number.
+fn label(party: PartyId) -> String {
+    party.get().to_string()
+}
 
 /// The node's metrics.
 #[derive(Clone, Debug)]
@@ -78,10 +84,10 @@ impl Metrics {
     /// # Panics
     /// Never in practice: the metric definitions are static and valid.
     #[allow(clippy::expect_used)]
-    pub fn new(party: u8) -> Self {
+    pub fn new(party: PartyId) -> Self {
         let registry = Registry::new_custom(
             Some("ocelli".to_owned()),
-            Some([("party".to_owned(), party.to_string())].into()),
+            Some([("party".to_owned(), label(party))].into()),
         )
         .expect("static registry");
         let names = std::cell::RefCell::new(Vec::new());
@@ -215,9 +221,9 @@ impl Metrics {
     }
 
     /// Exports the per-peer series from start, so alerts see them at 0 before any event.
-    pub fn init_peers(&self, peers: impl IntoIterator<Item = u8>) {
+    pub fn init_peers(&self, peers: impl IntoIterator<Item = PartyId>) {
         for p in peers {
-            let p = p.to_string();
+            let p = label(p);
             self.peer_up.with_label_values(&[&p]).set(0);
             self.peer_errors.with_label_values(&[&p]);
             self.key_agreement_failures.with_label_values(&[&p]);
@@ -242,17 +248,22 @@ impl Metrics {
     }
 
     /// Counts a failed call to `party`.
-    pub fn peer_error(&self, party: u8) {
-        self.peer_errors
-            .with_label_values(&[&party.to_string()])
-            .inc();
+    pub fn peer_error(&self, party: PartyId) {
+        self.peer_errors.with_label_values(&[&label(party)]).inc();
     }
 
     /// Counts a failed MPC key agreement with `party`.
-    pub fn key_agreement_failure(&self, party: u8) {
+    pub fn key_agreement_failure(&self, party: PartyId) {
         self.key_agreement_failures
-            .with_label_values(&[&party.to_string()])
+            .with_label_values(&[&label(party)])
             .inc();
+    }
+
+    /// Sets `ocelli_peer_up{peer}`: whether the last ping of `party` was answered.
+    pub fn set_peer_up(&self, party: PartyId, up: bool) {
+        self.peer_up
+            .with_label_values(&[&label(party)])
+            .set(i64::from(up));
     }
 
     /// Current value of `ocelli_intake_total{status}`.

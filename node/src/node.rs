@@ -52,9 +52,6 @@ pub enum StartError {
     /// The listeners.
     #[error("listeners: {0}")]
     Listen(#[from] std::io::Error),
-    /// A party id of the config outside 0..=2.
-    #[error(transparent)]
-    Party(#[from] sdk_orb::InvalidPartyId),
 }
 
 /// The store `config` names: redb in `data_dir`, or PostgreSQL where `store.url` is set,
@@ -154,7 +151,7 @@ impl NodeState {
         if let Some(previous) = &config.keys.hpke_previous_secret {
             intake = intake.with_previous_key(&*keys::read_key32(previous)?)?;
         }
-        let signer = ResultSigner::from_seed(&sign, PartyId::try_from(party)?);
+        let signer = ResultSigner::from_seed(&sign, party);
         let mut peer_result_keys = std::collections::HashMap::new();
         for p in &config.peers {
             let Some(current) = &p.result_key else {
@@ -171,7 +168,7 @@ impl NodeState {
                     )
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            peer_result_keys.insert(PartyId::try_from(p.party_id)?, accepted);
+            peer_result_keys.insert(p.party_id, accepted);
         }
         let metrics = Metrics::new(party);
         metrics.init_peers(config.peers.iter().map(|p| p.party_id));

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use ocelli_mpc::recovery::{combine_person, PadSecretLengthError, PERSON_COEFS};
 use rand_core::{OsRng, RngCore};
+use sdk_orb::PartyId;
 use shared_proto::v1::{BatchCommit, RecoverChunk, RecoverRequest};
 use zeroize::Zeroizing;
 
@@ -53,10 +54,10 @@ pub enum RecoveryError {
     #[error("this recovery nonce was served already; a recovery draws a fresh nonce")]
     NonceReused,
     /// The higher helper got no pad secret from the lower one in time.
-    #[error("party {party} offered no recovery pad within {seconds} s (is it serving, and does its operator allow this recovery?)")]
+    #[error("{party} offered no recovery pad within {seconds} s (is it serving, and does its operator allow this recovery?)")]
     NoPad {
         /// The lower helper.
-        party: u8,
+        party: PartyId,
         /// How long this node waited.
         seconds: u64,
     },
@@ -71,10 +72,10 @@ pub enum RecoveryError {
     #[error("a recovery pad for this session was offered already")]
     PadOfferedTwice,
     /// The higher helper refused the session's pad secret.
-    #[error("party {party} refused this session's recovery pad: {message}")]
+    #[error("{party} refused this session's recovery pad: {message}")]
     PadRefused {
         /// The higher helper.
-        party: u8,
+        party: PartyId,
         /// Its status code.
         code: tonic::Code,
         /// Its status message.
@@ -90,10 +91,10 @@ pub enum RecoveryError {
     #[error(transparent)]
     Peers(#[from] crate::links::PeersError),
     /// A helper refused or failed.
-    #[error("party {party}: {message}")]
+    #[error("{party}: {message}")]
     Peer {
         /// The helper.
-        party: u8,
+        party: PartyId,
         /// Its status code.
         code: tonic::Code,
         /// Its status message.
@@ -103,10 +104,10 @@ pub enum RecoveryError {
     #[error("the helpers disagree on {0}; retry when no batch runs")]
     Disagree(&'static str),
     /// A helper's stream is malformed.
-    #[error("party {party} sent a malformed recovery stream: {what}")]
+    #[error("{party} sent a malformed recovery stream: {what}")]
     Malformed {
         /// The helper.
-        party: u8,
+        party: PartyId,
         /// What is wrong.
         what: &'static str,
     },
@@ -142,7 +143,7 @@ const WRITE_ENTRIES: usize = 1024;
 /// One helper's stream as the recovering node reads it: the state the first chunk announces,
 /// and the entries received but not yet combined.
 struct Incoming {
-    party: u8,
+    party: PartyId,
     stream: tonic::Streaming<RecoverChunk>,
     last_applied_batch: u64,
     next_serial: u64,
@@ -159,7 +160,7 @@ impl Incoming {
     /// Asks `party` for its contributions and reads the first chunk.
     async fn open(
         peers: &crate::links::Peers,
-        party: u8,
+        party: PartyId,
         nonce: [u8; 32],
     ) -> Result<Incoming, RecoveryError> {
         let mut client = peers
@@ -285,7 +286,7 @@ impl Incoming {
     }
 }
 
-fn peer_error(party: u8, status: &tonic::Status) -> RecoveryError {
+fn peer_error(party: PartyId, status: &tonic::Status) -> RecoveryError {
     RecoveryError::Peer {
         party,
         code: status.code(),
@@ -342,11 +343,10 @@ pub async fn recover(
     let peers = crate::links::Peers::connect(config, &tls)?;
     let mut nonce = [0u8; 32];
     OsRng.fill_bytes(&mut nonce);
-    let me = config.party_id;
-    let helpers: Vec<u8> = (0..3).filter(|&p| p != me).collect();
+    let [low, high] = crate::ids::others(config.party_id);
     let (a, b) = tokio::join!(
-        Incoming::open(&peers, helpers[0], nonce),
-        Incoming::open(&peers, helpers[1], nonce)
+        Incoming::open(&peers, low, nonce),
+        Incoming::open(&peers, high, nonce)
     );
     let (mut a, mut b) = (a?, b?);
     if (a.last_applied_batch, a.next_serial, a.total)

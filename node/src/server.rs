@@ -174,8 +174,8 @@ pub async fn run(
     ));
     // Only party 0 runs batches. Parties 1 and 2 decide nothing on their own, time-outs
     // included: a request is final only through a committed batch, so the three agree.
-    let batch_task =
-        (party == 0).then(|| tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone())));
+    let batch_task = (state.party == coordinator::COORDINATOR)
+        .then(|| tokio::spawn(coordinator::run(state.clone(), peers, stop_rx.clone())));
 
     state.set_ready(true);
     tracing::info!(

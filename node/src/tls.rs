@@ -45,9 +45,6 @@ pub use self::socket::{client_certs, connection, BufferedTcp, ConnectionInfo};
 /// TLS setup errors.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A peer's party id outside 0..=2.
-    #[error(transparent)]
-    Party(#[from] sdk_orb::InvalidPartyId),
     /// A PEM file could not be read or parsed.
     #[error("{path}: {what}")]
     Pem {
@@ -127,7 +124,7 @@ pub struct NodeTls {
     /// Peer-facing server config (client certificate of a configured peer required).
     pub peer_server: Arc<ServerConfig>,
     /// Client config to dial each peer, pinned to that peer's certificate.
-    pub peer_clients: HashMap<u8, Arc<ClientConfig>>,
+    pub peer_clients: HashMap<sdk_orb::PartyId, Arc<ClientConfig>>,
     /// The configured certificate of each peer.
     pub peer_certs: PeerCerts,
 }
@@ -210,7 +207,7 @@ impl NodeTls {
                     path: p.cert.display().to_string(),
                     what: "no certificate".to_owned(),
                 })?;
-            peers.push((sdk_orb::PartyId::try_from(p.party_id)?, cert));
+            peers.push((p.party_id, cert));
         }
         let peer_certs = PeerCerts(peers);
         let roots = Arc::new(roots(&ca)?);
@@ -266,7 +263,7 @@ impl NodeTls {
                 .with_custom_certificate_verifier(verifier)
                 .with_client_auth_cert(chain.clone(), key.clone_key())?;
             c.alpn_protocols = vec![b"h2".to_vec()];
-            peer_clients.insert(party.get(), Arc::new(c));
+            peer_clients.insert(*party, Arc::new(c));
         }
         Ok(Self {
             orb_server: Arc::new(orb),

@@ -14,7 +14,7 @@ use ocelli_node::clock::now_ms;
 use ocelli_node::links::MpcDialer;
 use ocelli_node::tls::NodeTls;
 use prost::Message;
-use sdk_orb::RequestType;
+use sdk_orb::{PartyId, RequestType};
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
     BatchAbort, BatchProposal, GetResultRequest, NodeResult, ResultStatus, StreamResultsRequest,
@@ -216,14 +216,14 @@ async fn a_request_one_node_lacks_times_out_everywhere_and_results_stream() -> R
 async fn nodes_refuse_peers_with_the_wrong_certificate() -> Res {
     let mut c = Cluster::start(Arc::new(NotEvaluated)).await?;
     let timeout = Duration::from_secs(3);
-    let peer_client = |tls: &NodeTls, as_party: u8, addr| -> Res<PeerServiceClient<_>> {
+    let peer_client = |tls: &NodeTls, as_party: PartyId, addr| -> Res<PeerServiceClient<_>> {
         let cfg = tls.peer_clients.get(&as_party).ok_or("no client")?.clone();
         let ch = ocelli_node::tls::channel(addr, "127.0.0.1", cfg, timeout)?;
         Ok(PeerServiceClient::new(ch))
     };
     // Party 2 (a valid peer) may not act as party 0 towards party 1.
     let tls2 = NodeTls::load(&c.configs[2])?;
-    let mut to1 = peer_client(&tls2, 1, c.configs[1].listen.peer)?;
+    let mut to1 = peer_client(&tls2, PartyId::ALL[1], c.configs[1].listen.peer)?;
     let s = to1
         .propose_batch(BatchProposal {
             batch_id: 1,
@@ -235,7 +235,7 @@ async fn nodes_refuse_peers_with_the_wrong_certificate() -> Res {
     assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
     // Party 0 dialling "party 1" but reaching party 2 refuses the handshake.
     let tls0 = NodeTls::load(&c.configs[0])?;
-    let mut wrong = peer_client(&tls0, 1, c.configs[2].listen.peer)?;
+    let mut wrong = peer_client(&tls0, PartyId::ALL[1], c.configs[2].listen.peer)?;
     let s = wrong
         .abort_batch(BatchAbort { batch_id: 1 })
         .await
@@ -251,7 +251,7 @@ async fn nodes_refuse_peers_with_the_wrong_certificate() -> Res {
     ); 3];
     let (_, foreign) = cluster::configs_for(other.path(), &addrs, &|_| {})?;
     let foreign0 = NodeTls::load(&foreign[0])?;
-    let mut f = peer_client(&foreign0, 1, c.configs[1].listen.peer)?;
+    let mut f = peer_client(&foreign0, PartyId::ALL[1], c.configs[1].listen.peer)?;
     assert!(f.abort_batch(BatchAbort { batch_id: 1 }).await.is_err());
     // The legitimate path still works.
     let e = c.envelope();
@@ -314,27 +314,28 @@ async fn submit_concurrently(c: &Cluster, envs: &[Vec<u8>]) -> Res {
 async fn mpc_links_carry_bytes_both_ways_bound_to_the_peer_identity() -> Res {
     let mut c = Cluster::start(Arc::new(NotEvaluated)).await?;
     let timeout = Duration::from_secs(5);
-    let dialer_to = |from: usize, to: u8, port: SocketAddr| -> Res<MpcDialer> {
-        let tls = NodeTls::load(&c.configs[from])?;
+    let [zero, one, two] = PartyId::ALL;
+    let dialer_to = |from: PartyId, to: PartyId, port: SocketAddr| -> Res<MpcDialer> {
+        let tls = NodeTls::load(&c.configs[from.index()])?;
         let cfg = tls.peer_clients.get(&to).ok_or("no client")?;
         Ok(MpcDialer::new(to, port, "127.0.0.1", cfg, timeout)?)
     };
-    let peer_port = |to: u8| c.configs[to as usize].listen.peer;
+    let peer_port = |to: PartyId| c.configs[to.index()].listen.peer;
     // Party 0 dials party 1 for session 42.
-    let dialer = dialer_to(0, 1, peer_port(1))?.dial(42).await?;
-    let acceptor = c.state(1).links.accept(42, 0, timeout).await?;
+    let dialer = dialer_to(zero, one, peer_port(one))?.dial(42).await?;
+    let acceptor = c.state(1).links.accept(42, zero, timeout).await?;
     // Party 2 opening session 43 is not party 0's session 43.
-    let other = dialer_to(2, 1, peer_port(1))?.dial(43).await?;
+    let other = dialer_to(two, one, peer_port(one))?.dial(43).await?;
     assert!(c
         .state(1)
         .links
-        .accept(43, 0, Duration::from_millis(300))
+        .accept(43, zero, Duration::from_millis(300))
         .await
         .is_err());
-    let from_2 = c.state(1).links.accept(43, 2, timeout).await?;
+    let from_2 = c.state(1).links.accept(43, two, timeout).await?;
     // The orb port does not speak the link protocol.
     let orb_port = c.configs[1].listen.orb;
-    assert!(dialer_to(0, 1, orb_port)?.dial(44).await.is_err());
+    assert!(dialer_to(zero, one, orb_port)?.dial(44).await.is_err());
     const N: usize = 8;
     const SIZE: usize = 1 << 20;
     let started = Instant::now();

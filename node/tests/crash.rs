@@ -414,7 +414,7 @@ fn keygen_cli_writes_a_deployment() -> Res {
         assert_eq!(mode, 0o600, "{f}");
     }
     let cfg = ocelli_node::config::NodeConfig::load(&out_dir.join("party1.toml"))?;
-    assert_eq!(cfg.party_id, 1);
+    assert_eq!(cfg.party_id, sdk_orb::PartyId::ALL[1]);
     // Refuses to overwrite without --force.
     assert!(!run()?.status.success());
     Ok(())

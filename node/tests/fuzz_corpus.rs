@@ -15,6 +15,7 @@ use conformance_vectors::{default_vectors_dir, load_file};
 use ocelli_node::fuzzing::{self as node_fuzzing, INTAKE_NOW_MS};
 use ocelli_node::keys::sample_config;
 use sdk_orb::envelope::seal_envelope_to_vec;
+use sdk_orb::PartyId;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -97,7 +98,7 @@ fn orb_request_corpus(
 /// The configs `keygen` writes for the three parties, and variants: overrides, optional
 /// sections left out, and invalid values.
 fn config_corpus(dir: &Path) -> Result<usize, Box<dyn std::error::Error>> {
-    let party1 = sample_config(1, 50050)?;
+    let party1 = sample_config(PartyId::ALL[1], 50050)?;
     let minimal = "party_id = 2\ndata_dir = \"d\"\n\
         [listen]\norb = \"[::1]:1\"\npeer = \"[::1]:2\"\nmetrics = \"0.0.0.0:3\"\n\
         [tls]\nca = \"ca.pem\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
@@ -109,12 +110,12 @@ fn config_corpus(dir: &Path) -> Result<usize, Box<dyn std::error::Error>> {
     let seeds = [
         (
             "sample-party0",
-            node_fuzzing::config_input(&sample_config(0, 50050)?, &[]),
+            node_fuzzing::config_input(&sample_config(PartyId::ALL[0], 50050)?, &[]),
         ),
         ("sample-party1", node_fuzzing::config_input(&party1, &[])),
         (
             "sample-party2",
-            node_fuzzing::config_input(&sample_config(2, 7000)?, &[]),
+            node_fuzzing::config_input(&sample_config(PartyId::ALL[2], 7000)?, &[]),
         ),
         (
             "sample-party1-overrides",

@@ -237,7 +237,7 @@ async fn liveness_reports_an_old_request_while_peers_are_up_and_recovers() -> Re
 /// (a histogram's `_bucket`, `_sum` and `_count` included), and both files parse.
 #[test]
 fn alert_rules_and_dashboard_name_only_exported_metrics() -> Res {
-    let metrics = Metrics::new(0);
+    let metrics = Metrics::new(sdk_orb::PartyId::ALL[0]);
     let known = metrics.names();
     assert!(known.iter().any(|n| n == "ocelli_peer_up"), "{known:?}");
     let exported = |name: &str| {

@@ -123,7 +123,7 @@ async fn recovery_scenario(enrolled: usize, decisions: usize) -> Res {
     c.stop_node(lost).await?;
     std::fs::remove_dir_all(&c.configs[lost].data_dir)?;
 
-    c.allow_recovery(lost as u8, 1)?;
+    c.allow_recovery(PartyId::ALL[lost], 1)?;
     let report = recover(&c.configs[lost]).await?;
     eprintln!(
         "recovered {} entries in {:.2} s, {} bytes from each helper",
@@ -294,7 +294,7 @@ async fn recovery_pads_do_not_repeat_across_states() -> Res {
     let leak = scaled_difference(l0, &stored[0].1, &stored[1].1);
     let entry_words = leak.len();
 
-    c.allow_recovery(2, 3)?;
+    c.allow_recovery(PartyId::ALL[2], 3)?;
     let nonce = [0x5a; 32];
     let before = recovery_answer(&mut peer_client(&c, 2, 0)?, nonce).await?;
     assert_eq!(before.len(), 2 * entry_words);
@@ -337,7 +337,7 @@ async fn recovery_pads_do_not_repeat_across_states() -> Res {
 }
 
 /// The recovering node's status from a refused recovery.
-fn refusal(r: Result<ocelli_node::recovery::RecoverReport, RecoveryError>) -> (u8, String) {
+fn refusal(r: Result<ocelli_node::recovery::RecoverReport, RecoveryError>) -> (PartyId, String) {
     match r {
         Err(RecoveryError::Peer {
             party,
@@ -361,19 +361,19 @@ async fn recovery_is_served_only_while_both_helpers_allow_it() -> Res {
     let minutes = Duration::from_secs(600);
 
     let (party, message) = refusal(recover(&c.configs[lost]).await);
-    assert_eq!(party, 0);
+    assert_eq!(party, PartyId::ALL[0]);
     assert!(message.contains("allow-recovery --party 2"), "{message}");
 
-    allow_recovery(&c.configs[0], 1, minutes, 1)?;
+    allow_recovery(&c.configs[0], PartyId::ALL[1], minutes, 1)?;
     let (_, message) = refusal(recover(&c.configs[lost]).await);
     assert!(message.contains("allows party 1"), "{message}");
 
-    allow_recovery(&c.configs[0], 2, minutes, 1)?;
+    allow_recovery(&c.configs[0], PartyId::ALL[2], minutes, 1)?;
     let (party, message) = refusal(recover(&c.configs[lost]).await);
-    assert_eq!(party, 0);
+    assert_eq!(party, PartyId::ALL[0]);
     assert!(message.contains("party 1 refused"), "{message}");
 
-    c.allow_recovery(2, 1)?;
+    c.allow_recovery(PartyId::ALL[2], 1)?;
     assert_eq!(recover(&c.configs[lost]).await?.entries, 1);
 
     std::fs::remove_dir_all(&data)?;

@@ -25,7 +25,7 @@ use ocelli_node::tls::NodeTls;
 use prost::Message;
 use rand_chacha::rand_core::SeedableRng;
 use sdk_orb::envelope::EnvelopeView;
-use sdk_orb::EnvelopeError;
+use sdk_orb::{EnvelopeError, PartyId};
 use shared_proto::v1::{
     recorded_outcome, BatchCommit, GetResultRequest, HealthCheckRequest, NodeResult,
     RecordedOutcome, ResultStatus, StreamResultsRequest, SubmitRequest,
@@ -39,7 +39,7 @@ use tokio_stream::StreamExt;
 /// link in one frame.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn largest_pass_fits_messages() -> Res {
-    let mut cfg = NodeConfig::from_toml(&sample_config(0, 1)?)?;
+    let mut cfg = NodeConfig::from_toml(&sample_config(PartyId::ALL[0], 1)?)?;
     cfg.matching.max_pass_comparisons = 16_777_216;
     match cfg.validate() {
         Err(ConfigError::PassTooLarge { allowed, .. }) => {
@@ -68,11 +68,21 @@ async fn largest_pass_fits_messages() -> Res {
     assert!(size > 60 << 20, "the bound is tight: {size}");
     let timeout = Duration::from_secs(10);
     let tls = NodeTls::load(&c.configs[0])?;
-    let cfg1 = tls.peer_clients.get(&1).ok_or("no client")?;
-    let dialer = MpcDialer::new(1, c.configs[1].listen.peer, "127.0.0.1", cfg1, timeout)?
-        .dial(77)
+    let cfg1 = tls.peer_clients.get(&PartyId::ALL[1]).ok_or("no client")?;
+    let dialer = MpcDialer::new(
+        PartyId::ALL[1],
+        c.configs[1].listen.peer,
+        "127.0.0.1",
+        cfg1,
+        timeout,
+    )?
+    .dial(77)
+    .await?;
+    let acceptor = c
+        .state(1)
+        .links
+        .accept(77, PartyId::ALL[0], timeout)
         .await?;
-    let acceptor = c.state(1).links.accept(77, 0, timeout).await?;
     let got = tokio::task::spawn_blocking(move || {
         let sent = (dialer.send)(vec![0xA5; size]);
         let got = acceptor.recv.recv_timeout(Duration::from_secs(60));
@@ -591,8 +601,11 @@ async fn forged_commit_from_coordinator_is_refused() -> Res {
     );
     let variants = [
         Vec::new(),
-        vec![attest_as(&c, 0, 0, &digest)?],
-        vec![attest_as(&c, 0, 0, &digest)?, attest_as(&c, 1, 0, &digest)?],
+        vec![attest_as(&c, PartyId::ALL[0], PartyId::ALL[0], &digest)?],
+        vec![
+            attest_as(&c, PartyId::ALL[0], PartyId::ALL[0], &digest)?,
+            attest_as(&c, PartyId::ALL[1], PartyId::ALL[0], &digest)?,
+        ],
     ];
     let mut as_party0 = peer_client(&c, 0, 2)?;
     for (k, signatures) in variants.into_iter().enumerate() {
@@ -655,7 +668,7 @@ async fn forged_catch_up_is_refused() -> Res {
     let digest = batch_digest(&altered, &[held.digest], &altered.outcomes);
     let mut resigned = altered.clone();
     resigned.signatures = vec![
-        attest_as(&c, 0, 0, &digest)?,
+        attest_as(&c, PartyId::ALL[0], PartyId::ALL[0], &digest)?,
         genuine
             .signatures
             .iter()
@@ -1228,8 +1241,14 @@ async fn equivocating_coordinator_cannot_split_the_peers() -> Res {
             &s,
         )?;
     }
-    recorded_a.signatures = vec![attest_as(&c, 0, 0, &digest_a)?, sig2];
-    recorded_b.signatures = vec![attest_as(&c, 0, 0, &digest_b)?, sig1];
+    recorded_a.signatures = vec![
+        attest_as(&c, PartyId::ALL[0], PartyId::ALL[0], &digest_a)?,
+        sig2,
+    ];
+    recorded_b.signatures = vec![
+        attest_as(&c, PartyId::ALL[0], PartyId::ALL[0], &digest_b)?,
+        sig1,
+    ];
     let at1 = to1.commit_batch(recorded_a).await;
     let at2 = to2.commit_batch(recorded_b).await;
     let refused = [&at1, &at2]
@@ -1390,7 +1409,7 @@ async fn result_key_rotation_keeps_batches_and_catch_up() -> Res {
         let pinned = c.configs[peer]
             .peers
             .iter_mut()
-            .find(|p| p.party_id == 0)
+            .find(|p| p.party_id == PartyId::ALL[0])
             .ok_or("party 0 not configured")?;
         let old = pinned.result_key.replace(public.clone()).ok_or("no key")?;
         pinned.previous_result_keys = vec![old];

@@ -120,6 +120,21 @@ impl core::fmt::Display for PartyId {
     }
 }
 
+/// Serialized as its number: configs and files write `party_id = 1`.
+impl serde::Serialize for PartyId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u8(self.0)
+    }
+}
+
+/// A number outside 0..=2 is refused while deserializing, not left for a later check.
+impl<'de> serde::Deserialize<'de> for PartyId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let id = u8::deserialize(deserializer)?;
+        PartyId::try_from(id).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A party id outside 0..=2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InvalidPartyId(pub u8);
@@ -224,5 +239,25 @@ impl core::fmt::Display for RequestId {
             write!(f, "{b:02x}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_party_id_is_written_as_its_number_and_read_only_from_0_to_2() {
+        for p in PartyId::ALL {
+            let json = serde_json::to_string(&p).expect("serializes");
+            assert_eq!(json, std::format!("{}", p.get()));
+            assert_eq!(serde_json::from_str::<PartyId>(&json).ok(), Some(p));
+        }
+        let e = serde_json::from_str::<PartyId>("3").expect_err("3 is no party");
+        assert!(
+            std::string::ToString::to_string(&e).contains("party id 3 is not 0, 1 or 2"),
+            "{e}"
+        );
+        assert!(serde_json::from_str::<PartyId>("256").is_err());
     }
 }

@@ -183,7 +183,7 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<Applie
         Err(party) => {
             tracing::error!(
                 batch_id = commit.batch_id,
-                party,
+                party = party.get(),
                 "refused outcomes not attested by both other nodes"
             );
             state.metrics.batch("refused_unattested");
@@ -282,7 +282,7 @@ fn check_evidence(state: &NodeState, commit: &BatchCommit) -> Result<(), ApplyEr
     };
     let checked = check_items(
         commit,
-        state.party.get(),
+        state.party,
         crate::clock::now_ms(),
         min_wait_ms,
         lookup,

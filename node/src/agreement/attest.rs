@@ -105,13 +105,6 @@ pub(crate) fn sign(state: &NodeState, digest: &[u8; 32]) -> BatchSignature {
     }
 }
 
-/// The party a message's `party_id` names, if it names one (the one conversion from the wire).
-pub(crate) fn party_of_wire(party_id: u32) -> Option<PartyId> {
-    u8::try_from(party_id)
-        .ok()
-        .and_then(|p| PartyId::try_from(p).ok())
-}
-
 /// Whether `sig` is a valid attestation of `digest` by a party other than this node, by one of
 /// that party's pinned keys (its current one, or one from before a rotation).
 pub(crate) fn valid_peer_signature(
@@ -119,7 +112,7 @@ pub(crate) fn valid_peer_signature(
     sig: &BatchSignature,
     digest: &[u8; 32],
 ) -> bool {
-    let Some(party) = party_of_wire(sig.party_id) else {
+    let Ok(party) = PartyId::try_from(sig.party_id) else {
         return false;
     };
     let Some(keys) = state.peer_result_keys.get(&party) else {
@@ -139,14 +132,14 @@ pub(crate) fn by_both_others(
     state: &NodeState,
     signatures: &[BatchSignature],
     digest: &[u8; 32],
-) -> Result<Vec<BatchSignature>, u8> {
+) -> Result<Vec<BatchSignature>, PartyId> {
     let mut out = Vec::new();
-    for party in PartyId::ALL.into_iter().filter(|&p| p != state.party) {
+    for party in crate::ids::others(state.party) {
         match signatures.iter().find(|s| {
-            s.party_id == u32::from(party.get()) && valid_peer_signature(state, s, digest)
+            PartyId::try_from(s.party_id) == Ok(party) && valid_peer_signature(state, s, digest)
         }) {
             Some(s) => out.push(s.clone()),
-            None => return Err(party.get()),
+            None => return Err(party),
         }
     }
     Ok(out)

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use prost::Message;
+use sdk_orb::PartyId;
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
     BatchAbort, BatchCommit, BatchCommitAck, BatchItem, BatchProposal, BatchVote,
@@ -20,6 +21,7 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 
 use super::{apply_commit, digest_of, evaluate_commit};
+use crate::batch::plan::reporter_bit;
 use crate::batch::ApplyError;
 use crate::clock::now_ms;
 use crate::ids::RequestId;
@@ -27,6 +29,9 @@ use crate::links::Peers;
 use crate::node::NodeState;
 use crate::queue::{Candidate, PendingQueue};
 use crate::store::{RequestState, StoreError};
+
+/// The party that runs the batch loop; the other two vote.
+pub const COORDINATOR: PartyId = PartyId::ALL[0];
 
 /// Runs rounds until `shutdown` turns true; a round in flight is finished
 /// (committed, or aborted and left pending) before returning.
@@ -78,10 +83,10 @@ pub enum RoundError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A peer did not answer a call.
-    #[error("party {party}: {call}: {failure}")]
+    #[error("{party}: {call}: {failure}")]
     Peer {
         /// The peer.
-        party: u8,
+        party: PartyId,
         /// What was asked.
         call: &'static str,
         /// What went wrong.
@@ -96,8 +101,8 @@ pub enum RoundError {
         source: ApplyError,
     },
     /// A peer that is not configured.
-    #[error("unknown peer {0}")]
-    UnknownPeer(u8),
+    #[error("unknown peer: {0}")]
+    UnknownPeer(PartyId),
     /// A batch to replay is not in this node's batch log.
     #[error("batch {0} missing from the batch log")]
     MissingBatch(u64),
@@ -112,10 +117,10 @@ pub enum RoundError {
         batch_id: u64,
     },
     /// A fetched batch carries no outcomes to apply.
-    #[error("batch {batch_id} from party {party} has no recorded outcomes")]
+    #[error("batch {batch_id} from {party} has no recorded outcomes")]
     NotRecorded {
         /// The peer.
-        party: u8,
+        party: PartyId,
         /// The batch.
         batch_id: u64,
     },
@@ -208,7 +213,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
             .collect(),
     };
     let timeout = state.config.batch.peer_rpc_timeout();
-    let mut votes: BTreeMap<u8, BatchVote> = BTreeMap::new();
+    let mut votes: BTreeMap<PartyId, BatchVote> = BTreeMap::new();
     let mut failure = None;
     let calls = peers.clients.iter().map(|(party, client)| {
         let mut client = client.clone();
@@ -328,7 +333,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         match r {
             Ok(ack) => match ack.signature {
                 Some(s)
-                    if s.party_id == u32::from(party)
+                    if PartyId::try_from(s.party_id) == Ok(party)
                         && super::attest::valid_peer_signature(state, &s, &ours.batch_digest) =>
                 {
                     super::attest::merge(&mut recorded.signatures, &[s]);
@@ -337,14 +342,14 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
                 _ => {
                     tracing::error!(
                         batch_id,
-                        party,
+                        party = party.get(),
                         "peer's attestation is missing or differs from this node's outcomes"
                     );
                     state.metrics.batch("results_differ");
                 }
             },
             Err(e) => {
-                tracing::warn!(batch_id, party, error = %e, "peer did not evaluate the batch");
+                tracing::warn!(batch_id, party = party.get(), error = %e, "peer did not evaluate the batch");
                 state.metrics.peer_error(party);
             }
         }
@@ -365,11 +370,15 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         match r {
             Ok(ack) if ack.results_digest == ours.results_digest => {}
             Ok(_) => {
-                tracing::error!(batch_id, party, "peer results differ from ours");
+                tracing::error!(
+                    batch_id,
+                    party = party.get(),
+                    "peer results differ from ours"
+                );
                 state.metrics.batch("results_differ");
             }
             Err(e) => {
-                tracing::warn!(batch_id, party, error = %e, "batch not finalised at the peer; it catches up later");
+                tracing::warn!(batch_id, party = party.get(), error = %e, "batch not finalised at the peer; it catches up later");
                 state.metrics.peer_error(party);
             }
         }
@@ -385,7 +394,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
 
 /// Records which candidates a peer voted missing, so later proposals put them behind the
 /// requests the peers hold.
-fn mark_missing(state: &NodeState, candidates: &[Candidate], votes: &BTreeMap<u8, BatchVote>) {
+fn mark_missing(state: &NodeState, candidates: &[Candidate], votes: &BTreeMap<PartyId, BatchVote>) {
     let mut q = state.queue();
     for (i, c) in candidates.iter().enumerate() {
         let missing = votes
@@ -397,7 +406,7 @@ fn mark_missing(state: &NodeState, candidates: &[Candidate], votes: &BTreeMap<u8
 
 /// The attempt to commit batch `batch_id` as: past every attempt at it that this node or a
 /// peer attested (each node refuses to attest an attempt not newer than its last).
-fn next_attempt(own: u32, votes: &BTreeMap<u8, BatchVote>) -> u32 {
+fn next_attempt(own: u32, votes: &BTreeMap<PartyId, BatchVote>) -> u32 {
     let highest = votes
         .values()
         .map(|v| v.attested_attempt)
@@ -410,7 +419,7 @@ fn next_attempt(own: u32, votes: &BTreeMap<u8, BatchVote>) -> u32 {
 /// holds is proposed from its own queue and timed out by [`tally`] if need be.
 fn expired_at_peers(
     state: &NodeState,
-    votes: &BTreeMap<u8, BatchVote>,
+    votes: &BTreeMap<PartyId, BatchVote>,
     commit: &mut BatchCommit,
 ) -> Result<(), StoreError> {
     let mut named: std::collections::HashSet<Vec<u8>> = commit
@@ -456,7 +465,7 @@ async fn send_commit(
 async fn fetch_from(
     state: &NodeState,
     peers: &Peers,
-    party: u8,
+    party: PartyId,
     batch_id: u64,
 ) -> Result<BatchCommit, RoundError> {
     let mut c = peers
@@ -485,13 +494,13 @@ async fn abort(peers: &Peers, batch_id: u64, timeout: std::time::Duration) {
 async fn catch_up(
     state: &Arc<NodeState>,
     peers: &Peers,
-    party: u8,
+    party: PartyId,
     from: u64,
     to: u64,
 ) -> Result<(), RoundError> {
     let client = peers.client(party).ok_or(RoundError::UnknownPeer(party))?;
     tracing::info!(
-        party,
+        party = party.get(),
         from,
         to,
         "replaying batches to a peer that is behind"
@@ -505,11 +514,11 @@ async fn catch_up(
             BatchCommit::decode(b.commit.as_slice()).map_err(|_| RoundError::CorruptBatch(id))?;
         // The peer applies the recorded outcomes only with the attestations of both other
         // parties: this node's, and the third's (from its ack, or else from its batch log).
-        let third = 3 - party;
+        let third = crate::ids::third(state.party, party);
         if !commit
             .signatures
             .iter()
-            .any(|s| s.party_id == u32::from(third))
+            .any(|s| PartyId::try_from(s.party_id) == Ok(third))
         {
             let theirs = fetch_from(state, peers, third, id).await?;
             super::attest::merge(&mut commit.signatures, &theirs.signatures);
@@ -522,7 +531,11 @@ async fn catch_up(
                 failure,
             })?;
         if theirs.results_digest != b.results_digest {
-            tracing::error!(batch_id = id, party, "replayed batch: peer results differ");
+            tracing::error!(
+                batch_id = id,
+                party = party.get(),
+                "replayed batch: peer results differ"
+            );
         }
     }
     Ok(())
@@ -533,12 +546,12 @@ async fn catch_up(
 async fn fetch_missed(
     state: &Arc<NodeState>,
     peers: &Peers,
-    party: u8,
+    party: PartyId,
     from: u64,
     to: u64,
 ) -> Result<(), RoundError> {
     tracing::warn!(
-        party,
+        party = party.get(),
         from,
         to,
         "a peer applied batches this node lacks; fetching them"
@@ -547,11 +560,11 @@ async fn fetch_missed(
         let mut commit = fetch_from(state, peers, party, id).await?;
         // Applied only with both peers' attestations: the other peer's comes from its own
         // batch log if `party`'s lacks it.
-        let other = 3 - party;
+        let other = crate::ids::third(state.party, party);
         if !commit
             .signatures
             .iter()
-            .any(|s| s.party_id == u32::from(other))
+            .any(|s| PartyId::try_from(s.party_id) == Ok(other))
         {
             if let Ok(theirs) = fetch_from(state, peers, other, id).await {
                 super::attest::merge(&mut commit.signatures, &theirs.signatures);
@@ -582,17 +595,17 @@ pub enum CatchingUp {
     /// after an evaluation the peers stored): fetch them from it first.
     Fetch {
         /// The peer that is ahead (the furthest, the lowest id among equals).
-        party: u8,
+        party: PartyId,
         /// Its last applied batch.
         to: u64,
     },
     /// These peers lack batches: replay each, from the first it lacks, up to
     /// this node's last applied batch.
-    Replay(Vec<(u8, u64)>),
+    Replay(Vec<(PartyId, u64)>),
 }
 
 /// Compares the peers' last applied batches with this node's `last_applied`.
-pub fn catching_up(last_applied: u64, votes: &BTreeMap<u8, BatchVote>) -> CatchingUp {
+pub fn catching_up(last_applied: u64, votes: &BTreeMap<PartyId, BatchVote>) -> CatchingUp {
     let ahead = votes
         .iter()
         .filter(|(_, v)| v.last_applied_batch_id > last_applied)
@@ -603,7 +616,7 @@ pub fn catching_up(last_applied: u64, votes: &BTreeMap<u8, BatchVote>) -> Catchi
             to: v.last_applied_batch_id,
         };
     }
-    let behind: Vec<(u8, u64)> = votes
+    let behind: Vec<(PartyId, u64)> = votes
         .iter()
         .filter(|(_, v)| v.last_applied_batch_id < last_applied)
         .map(|(party, v)| (*party, v.last_applied_batch_id + 1))
@@ -630,7 +643,7 @@ fn opens(state: &NodeState, id: &RequestId) -> bool {
 /// before `cutoff_ms` or already final at a peer. The rest stay pending.
 pub fn tally(
     candidates: &[Candidate],
-    votes: &BTreeMap<u8, BatchVote>,
+    votes: &BTreeMap<PartyId, BatchVote>,
     cutoff_ms: u64,
     opens_here: impl Fn(&RequestId) -> bool,
     commit: &mut BatchCommit,
@@ -651,7 +664,7 @@ pub fn tally(
                 .keys()
                 .zip(&vs)
                 .filter(|(_, x)| **x == v)
-                .fold(u32::from(here), |bits, (p, _)| bits | 1 << p)
+                .fold(u32::from(here), |bits, (p, _)| bits | reporter_bit(*p))
         };
         let item = |reported_by| BatchItem {
             request_id: c.id.0.to_vec(),

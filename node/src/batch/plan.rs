@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sdk_orb::RequestType;
+use sdk_orb::{PartyId, RequestType};
 use shared_proto::v1::recorded_outcome::Kind;
 use shared_proto::v1::{BatchCommit, NodeResult, RecordedOutcome, ResultStatus};
 
@@ -89,6 +89,11 @@ pub(crate) struct HeldHere {
     pub opens: bool,
 }
 
+/// The bit of `party` in a batch item's `reported_by` (bit p for party p).
+pub(crate) fn reporter_bit(party: PartyId) -> u32 {
+    1 << party.get()
+}
+
 /// Checks a commit's timed-out, digest-mismatch and unopenable items against this node's own
 /// evidence (`held` looks a request up here): a request pending here is timed out only once
 /// it has waited here for most of the request time-out (`min_wait_ms`, which leaves room for
@@ -101,13 +106,13 @@ pub(crate) struct HeldHere {
 /// lookup's error.
 pub(crate) fn check_items(
     commit: &BatchCommit,
-    me: u8,
+    me: PartyId,
     now_ms: u64,
     min_wait_ms: u64,
     held: impl Fn(&RequestId) -> Result<Option<HeldHere>, ApplyError>,
 ) -> Result<(), ApplyError> {
     let unfounded = |id, reason| Err(ApplyError::Unfounded { id, reason });
-    let named = |item: &shared_proto::v1::BatchItem| item.reported_by & (1 << me) != 0;
+    let named = |item: &shared_proto::v1::BatchItem| item.reported_by & reporter_bit(me) != 0;
     for (id, _) in listed(&commit.timed_out) {
         if let Some(h) = held(&id)? {
             if h.pending && now_ms.saturating_sub(h.received_ms) < min_wait_ms {
@@ -556,7 +561,7 @@ mod tests {
             envelope_digest: vec![digest; 32],
             reported_by,
         };
-        let check = |c: &BatchCommit| check_items(c, 1, 10_000, 7_500, held);
+        let check = |c: &BatchCommit| check_items(c, PartyId::ALL[1], 10_000, 7_500, held);
         let unfounded = |c: &BatchCommit| matches!(check(c), Err(ApplyError::Unfounded { .. }));
         // Time-outs: pending here for 1 s of 10 is too early; 9 s, or not held here, is fine.
         assert!(unfounded(&commit(&[], &[recent])));

@@ -12,6 +12,7 @@ use ocelli_node::config::NodeConfig;
 use ocelli_node::keys::{keygen, KeygenOptions};
 use ocelli_node::node::NodeState;
 use ocelli_node::server::{self, Listeners};
+use sdk_orb::PartyId;
 
 #[derive(Debug, Parser)]
 #[command(name = "ocelli-node", version, about = "The ocelli verifier node")]
@@ -159,9 +160,9 @@ enum Command {
         /// This node's TOML config file.
         #[arg(long)]
         config: PathBuf,
-        /// The party that lost its store.
-        #[arg(long)]
-        party: u8,
+        /// The party that lost its store: 0, 1 or 2.
+        #[arg(long, value_parser = parse_party)]
+        party: PartyId,
         /// How long the allowance lasts (at most a day).
         #[arg(long)]
         minutes: u64,
@@ -196,6 +197,13 @@ fn parse_request_type(name: &str) -> Result<sdk_orb::RequestType, String> {
             sdk_orb::RequestType::NAMES.join(", ")
         )
     })
+}
+
+fn parse_party(id: &str) -> Result<PartyId, String> {
+    id.parse::<u8>()
+        .ok()
+        .and_then(|id| PartyId::try_from(id).ok())
+        .ok_or_else(|| format!("{id:?} is not a party id: 0, 1 or 2"))
 }
 
 fn parse_kernel(name: &str) -> Result<ocelli_cpu::Kernel, ocelli_cpu::CpuError> {
@@ -331,11 +339,12 @@ fn main() -> ExitCode {
                     if let Some(url) = &postgres {
                         let party = t
                             .get("party_id")
-                            .and_then(toml::Value::as_integer)
-                            .unwrap_or(0);
+                            .cloned()
+                            .and_then(|id| id.try_into::<PartyId>().ok())
+                            .unwrap_or(PartyId::ALL[0]);
                         let mut store = toml::Table::new();
                         store.insert("url".into(), url.clone().into());
-                        store.insert("schema".into(), format!("party{party}").into());
+                        store.insert("schema".into(), ocelli_node::keys::party_dir(party).into());
                         t.insert("store".into(), store.into());
                     }
                 };
@@ -343,8 +352,8 @@ fn main() -> ExitCode {
                     ocelli_node::cluster::Deployment::open_or_create(&dir, &tweak).await?;
                 let cluster =
                     ocelli_node::cluster::LocalCluster::start(&deployment, listeners).await?;
-                for (party, cfg) in deployment.configs.iter().enumerate() {
-                    eprintln!("party {party}: orb API on {}", cfg.listen.orb);
+                for cfg in &deployment.configs {
+                    eprintln!("{}: orb API on {}", cfg.party_id, cfg.listen.orb);
                 }
                 eprintln!(
                     "three nodes running from {}; Ctrl-C stops them",
@@ -587,7 +596,7 @@ async fn submit(
 
 fn allow_recovery(
     path: &std::path::Path,
-    party: u8,
+    party: PartyId,
     minutes: u64,
     sessions: u32,
 ) -> Result<(), Box<dyn std::error::Error>> {

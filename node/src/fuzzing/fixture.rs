@@ -15,7 +15,7 @@ use shared_proto::v1::{
 use crate::agreement::coordinator::{tally, vote_on};
 use crate::batch::Outcome;
 use crate::config::IntakeConfig;
-use crate::ids::{EnvelopeDigest, RequestId, SerialId};
+use crate::ids::{EnvelopeDigest, PartyId, RequestId, SerialId};
 use crate::intake::IntakePolicy;
 use crate::queue::{Candidate, PendingQueue};
 use crate::store::Meta;
@@ -281,7 +281,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
 /// keys and the orb's signing key (the only key on the fixture's allow-list). For sealing
 /// seed envelopes; never deploy them.
 pub fn intake_keys() -> (sdk_orb::keys::NodePublicKeys, sdk_orb::keys::OrbSigningKey) {
-    let public = [0u8, 1, 2].map(|p| {
+    let public = PartyId::ALL.map(|p| {
         sdk_orb::keys::NodeSecretKey::from_bytes(&node_secret(p))
             .map(|k| k.public_key())
             .expect("32 bytes are a valid X25519 secret key")
@@ -372,7 +372,10 @@ pub(super) fn fixture_meta() -> Meta {
 
 /// The commit party 0 makes of `candidates` when both peers vote `vote`.
 fn fixture_commit(candidates: &[Candidate], vote: &BatchVote) -> BatchCommit {
-    let votes = BTreeMap::from([(1u8, vote.clone()), (2u8, vote.clone())]);
+    let votes = BTreeMap::from([
+        (PartyId::ALL[1], vote.clone()),
+        (PartyId::ALL[2], vote.clone()),
+    ]);
     let mut commit = BatchCommit {
         batch_id: peer_fixture::LAST_APPLIED_BATCH + 1,
         next_serial_id: peer_fixture::NEXT_SERIAL,
@@ -395,9 +398,9 @@ pub(super) fn intake_policies() -> &'static [IntakePolicy; 3] {
     static POLICIES: OnceLock<[IntakePolicy; 3]> = OnceLock::new();
     POLICIES.get_or_init(|| {
         let orb = intake_keys().1.verifying_key();
-        [0u8, 1, 2].map(|p| {
+        PartyId::ALL.map(|p| {
             IntakePolicy::new(p, &node_secret(p), [orb], &IntakeConfig::default())
-                .expect("party ids 0..=2 and 32-byte keys are valid")
+                .expect("32-byte keys are valid")
         })
     })
 }
@@ -406,6 +409,6 @@ fn label_key(label: &str) -> [u8; 32] {
     Sha256::digest(format!("ocelli/fuzz/intake/{label}")).into()
 }
 
-fn node_secret(party: u8) -> [u8; 32] {
-    label_key(&format!("party{party}"))
+fn node_secret(party: PartyId) -> [u8; 32] {
+    label_key(&format!("party{}", party.get()))
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use sdk_orb::PartyId;
 use shared_proto::v1::PingRequest;
 use tokio::sync::watch;
 
@@ -21,7 +22,7 @@ pub struct Health {
 
 #[derive(Debug)]
 struct PeerHealth {
-    party: u8,
+    party: PartyId,
     /// The last ping answered, by that party.
     up: AtomicBool,
     /// When a ping was last answered; `None`: never since start.
@@ -30,7 +31,7 @@ struct PeerHealth {
 
 impl Health {
     /// Starts the commit clock now: a node that just started has not been stuck yet.
-    pub(crate) fn new(peers: impl IntoIterator<Item = u8>) -> Self {
+    pub(crate) fn new(peers: impl IntoIterator<Item = PartyId>) -> Self {
         Self {
             last_commit: Mutex::new(Instant::now()),
             peers: peers
@@ -58,7 +59,7 @@ impl Health {
     }
 
     /// Records a ping of `party`.
-    pub(crate) fn probed(&self, party: u8, ok: bool) {
+    pub(crate) fn probed(&self, party: PartyId, ok: bool) {
         if let Some(p) = self.peers.iter().find(|p| p.party == party) {
             p.up.store(ok, Ordering::SeqCst);
             if ok {
@@ -68,7 +69,7 @@ impl Health {
     }
 
     /// Whether the last ping of `party` was answered.
-    pub fn peer_up(&self, party: u8) -> bool {
+    pub fn peer_up(&self, party: PartyId) -> bool {
         self.peers
             .iter()
             .any(|p| p.party == party && p.up.load(Ordering::SeqCst))
@@ -124,7 +125,7 @@ pub enum Stuck {
 #[derive(Debug, PartialEq, Eq)]
 pub struct PeerDown {
     /// The peer.
-    pub party: u8,
+    pub party: PartyId,
     /// Seconds since it last answered; `None`: never since this node started.
     pub last_answer_s: Option<u64>,
 }
@@ -135,12 +136,12 @@ impl std::fmt::Display for PeerDown {
             None => write!(
                 f,
                 "peer {} unreachable (never answered: peer identity not confirmed yet)",
-                self.party
+                self.party.get()
             ),
             Some(s) => write!(
                 f,
                 "peer {} unreachable (last answered {s} s ago)",
-                self.party
+                self.party.get()
             ),
         }
     }
@@ -224,9 +225,7 @@ pub fn refresh_metrics(state: &NodeState) {
     m.since_commit
         .set(i64::try_from(state.health.since_commit().as_secs()).unwrap_or(i64::MAX));
     for p in &state.health.peers {
-        m.peer_up
-            .with_label_values(&[&p.party.to_string()])
-            .set(i64::from(p.up.load(Ordering::SeqCst)));
+        m.set_peer_up(p.party, p.up.load(Ordering::SeqCst));
     }
     m.ready.set(i64::from(readiness(state).is_ok()));
 }
@@ -258,23 +257,27 @@ pub async fn probe_peers(
         });
         for (party, r) in futures::future::join_all(pings).await {
             let ok = match r {
-                Ok(Ok(resp)) if resp.get_ref().party_id == u32::from(party) => true,
+                Ok(Ok(resp)) if PartyId::try_from(resp.get_ref().party_id) == Ok(party) => true,
                 Ok(Ok(resp)) => {
                     tracing::warn!(
-                        party,
+                        party = party.get(),
                         answered = resp.get_ref().party_id,
                         "peer answered a ping with another party id"
                     );
                     false
                 }
                 Ok(Err(status)) => {
-                    tracing::debug!(party, code = ?status.code(), "peer ping refused");
+                    tracing::debug!(party = party.get(), code = ?status.code(), "peer ping refused");
                     false
                 }
                 Err(_) => false,
             };
             if ok != state.health.peer_up(party) {
-                tracing::info!(party, reachable = ok, "peer reachability changed");
+                tracing::info!(
+                    party = party.get(),
+                    reachable = ok,
+                    "peer reachability changed"
+                );
             }
             state.health.probed(party, ok);
         }
@@ -301,11 +304,11 @@ mod tests {
         );
         let r = NotReady::Peers(vec![
             PeerDown {
-                party: 1,
+                party: PartyId::ALL[1],
                 last_answer_s: None,
             },
             PeerDown {
-                party: 2,
+                party: PartyId::ALL[2],
                 last_answer_s: Some(12),
             },
         ]);
@@ -318,16 +321,17 @@ mod tests {
 
     #[test]
     fn a_peer_is_up_only_while_its_last_ping_was_answered() {
-        let h = Health::new([1, 2]);
+        let [_, one, two] = PartyId::ALL;
+        let h = Health::new([one, two]);
         assert!(!h.all_peers_up());
-        h.probed(1, true);
-        h.probed(2, true);
+        h.probed(one, true);
+        h.probed(two, true);
         assert!(h.all_peers_up());
-        h.probed(2, false);
+        h.probed(two, false);
         assert_eq!(
             h.peers_down(),
             vec![PeerDown {
-                party: 2,
+                party: two,
                 last_answer_s: Some(0)
             }]
         );

@@ -10,6 +10,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sdk_orb::PartyId;
 use serde::{Deserialize, Serialize};
 
 use crate::config::NodeConfig;
@@ -25,7 +26,7 @@ pub const MAX_ALLOWANCE: Duration = Duration::from_secs(24 * 3600);
 #[serde(deny_unknown_fields)]
 pub struct Allowance {
     /// The party allowed to recover from this node.
-    pub party: u8,
+    pub party: PartyId,
     /// Milliseconds since the Unix epoch after which nothing is served.
     pub expires_ms: u64,
     /// Recovery sessions allowed.
@@ -37,13 +38,13 @@ pub struct Allowance {
 /// Why an allowance cannot be written, or why a recovery is not allowed now.
 #[derive(Debug, thiserror::Error)]
 pub enum AllowanceError {
-    /// The party named is this node or not a party.
-    #[error("party {party} cannot recover from party {me}")]
+    /// The party named is this node.
+    #[error("{party} cannot recover from {me}")]
     Party {
         /// The party named.
-        party: u8,
+        party: PartyId,
         /// This node.
-        me: u8,
+        me: PartyId,
     },
     /// The duration is zero or longer than [`MAX_ALLOWANCE`].
     #[error("an allowance lasts longer than zero and at most {} hours", MAX_ALLOWANCE.as_secs() / 3600)]
@@ -66,34 +67,34 @@ pub enum AllowanceError {
         path: PathBuf,
     },
     /// No allowance file.
-    #[error("party {me} does not serve recoveries now; its operator allows one with `ocelli-node allow-recovery --party {party}`")]
+    #[error("{me} does not serve recoveries now; its operator allows one with `ocelli-node allow-recovery --party {}`", .party.get())]
     Absent {
         /// This node.
-        me: u8,
+        me: PartyId,
         /// The party asking.
-        party: u8,
+        party: PartyId,
     },
     /// The allowance names another party.
-    #[error("party {me} allows party {allowed} to recover, not party {party}")]
+    #[error("{me} allows {allowed} to recover, not {party}")]
     OtherParty {
         /// This node.
-        me: u8,
+        me: PartyId,
         /// The party allowed.
-        allowed: u8,
+        allowed: PartyId,
         /// The party asking.
-        party: u8,
+        party: PartyId,
     },
     /// The allowance expired.
-    #[error("the recovery allowance on party {me} has expired")]
+    #[error("the recovery allowance on {me} has expired")]
     Expired {
         /// This node.
-        me: u8,
+        me: PartyId,
     },
     /// Every allowed session was served.
-    #[error("the recovery allowance on party {me} is used up ({sessions} sessions served)")]
+    #[error("the recovery allowance on {me} is used up ({sessions} sessions served)")]
     Exhausted {
         /// This node.
-        me: u8,
+        me: PartyId,
         /// Sessions allowed and served.
         sessions: u32,
     },
@@ -124,15 +125,15 @@ pub fn allowance_path(config: &NodeConfig) -> PathBuf {
 /// The file is private to the node's user (mode 0600).
 ///
 /// # Errors
-/// `party` is this node or not a party, a duration of zero or over [`MAX_ALLOWANCE`], zero
-/// sessions, or the file cannot be written.
+/// `party` is this node, a duration of zero or over [`MAX_ALLOWANCE`], zero sessions, or the
+/// file cannot be written.
 pub fn allow_recovery(
     config: &NodeConfig,
-    party: u8,
+    party: PartyId,
     valid_for: Duration,
     sessions: u32,
 ) -> Result<Allowance, AllowanceError> {
-    if party > 2 || party == config.party_id {
+    if party == config.party_id {
         return Err(AllowanceError::Party {
             party,
             me: config.party_id,
@@ -160,7 +161,12 @@ pub fn allow_recovery(
 ///
 /// # Errors
 /// A refusal ([`AllowanceError::is_refusal`]) or an unreadable file.
-pub fn check(path: &Path, me: u8, party: u8, now_ms: u64) -> Result<Allowance, AllowanceError> {
+pub fn check(
+    path: &Path,
+    me: PartyId,
+    party: PartyId,
+    now_ms: u64,
+) -> Result<Allowance, AllowanceError> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -202,8 +208,8 @@ pub fn check(path: &Path, me: u8, party: u8, now_ms: u64) -> Result<Allowance, A
 /// As [`check`], or the file cannot be written.
 pub fn take_session(
     path: &Path,
-    me: u8,
-    party: u8,
+    me: PartyId,
+    party: PartyId,
     now_ms: u64,
 ) -> Result<Allowance, AllowanceError> {
     let mut a = check(path, me, party, now_ms)?;
@@ -247,8 +253,12 @@ mod tests {
 
     type Res = Result<(), Box<dyn std::error::Error>>;
 
+    const ME: PartyId = PartyId::ALL[0];
+    const ONE: PartyId = PartyId::ALL[1];
+    const TWO: PartyId = PartyId::ALL[2];
+
     fn config(dir: &Path) -> Result<NodeConfig, Box<dyn std::error::Error>> {
-        let mut c = crate::keys::sample_node_config(0, 1);
+        let mut c = crate::keys::sample_node_config(ME, 1);
         c.data_dir = dir.join("data");
         Ok(c)
     }
@@ -259,38 +269,52 @@ mod tests {
         let c = config(dir.path())?;
         let path = allowance_path(&c);
         assert!(matches!(
-            check(&path, 0, 2, 0),
-            Err(AllowanceError::Absent { me: 0, party: 2 })
+            check(&path, ME, TWO, 0),
+            Err(AllowanceError::Absent { me: ME, party: TWO })
         ));
-        let a = allow_recovery(&c, 2, Duration::from_secs(60), 2)?;
+        let a = allow_recovery(&c, TWO, Duration::from_secs(60), 2)?;
         let mode = fs::metadata(&path)?.permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let now = a.expires_ms - 1_000;
         assert!(matches!(
-            check(&path, 0, 1, now),
+            check(&path, ME, ONE, now),
             Err(AllowanceError::OtherParty {
-                allowed: 2,
-                party: 1,
+                allowed: TWO,
+                party: ONE,
                 ..
             })
         ));
-        assert_eq!(take_session(&path, 0, 2, now)?.served, 1);
+        assert_eq!(take_session(&path, ME, TWO, now)?.served, 1);
         // Checking counts nothing; the count is on disk.
-        assert_eq!(check(&path, 0, 2, now)?.served, 1);
-        assert_eq!(take_session(&path, 0, 2, now)?.served, 2);
-        let e = take_session(&path, 0, 2, now).err();
+        assert_eq!(check(&path, ME, TWO, now)?.served, 1);
+        assert_eq!(take_session(&path, ME, TWO, now)?.served, 2);
+        let e = take_session(&path, ME, TWO, now).err();
         assert!(matches!(
             e,
             Some(AllowanceError::Exhausted { sessions: 2, .. })
         ));
         assert!(e.is_some_and(|e| e.is_refusal()));
 
-        allow_recovery(&c, 2, Duration::from_secs(60), 1)?;
+        allow_recovery(&c, TWO, Duration::from_secs(60), 1)?;
         assert!(matches!(
-            check(&path, 0, 2, a.expires_ms + 60_000),
-            Err(AllowanceError::Expired { me: 0 })
+            check(&path, ME, TWO, a.expires_ms + 60_000),
+            Err(AllowanceError::Expired { me: ME })
         ));
-        assert_eq!(check(&path, 0, 2, now)?.served, 0);
+        assert_eq!(check(&path, ME, TWO, now)?.served, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn the_allowance_file_names_the_party_by_its_number() -> Res {
+        let a = Allowance {
+            party: TWO,
+            expires_ms: 5,
+            sessions: 2,
+            served: 1,
+        };
+        let json = r#"{"party":2,"expires_ms":5,"sessions":2,"served":1}"#;
+        assert_eq!(serde_json::to_string(&a)?, json);
+        assert_eq!(serde_json::from_str::<Allowance>(json)?, a);
         Ok(())
     }
 
@@ -300,31 +324,34 @@ mod tests {
         let c = config(dir.path())?;
         let minute = Duration::from_secs(60);
         assert!(matches!(
-            allow_recovery(&c, 0, minute, 1),
-            Err(AllowanceError::Party { party: 0, me: 0 })
+            allow_recovery(&c, ME, minute, 1),
+            Err(AllowanceError::Party { party: ME, me: ME })
         ));
         assert!(matches!(
-            allow_recovery(&c, 3, minute, 1),
-            Err(AllowanceError::Party { party: 3, .. })
-        ));
-        assert!(matches!(
-            allow_recovery(&c, 1, Duration::ZERO, 1),
+            allow_recovery(&c, ONE, Duration::ZERO, 1),
             Err(AllowanceError::Duration)
         ));
         assert!(matches!(
-            allow_recovery(&c, 1, MAX_ALLOWANCE + minute, 1),
+            allow_recovery(&c, ONE, MAX_ALLOWANCE + minute, 1),
             Err(AllowanceError::Duration)
         ));
         assert!(matches!(
-            allow_recovery(&c, 1, minute, 0),
+            allow_recovery(&c, ONE, minute, 0),
             Err(AllowanceError::Sessions)
         ));
         assert!(!allowance_path(&c).exists());
         fs::create_dir_all(&c.data_dir)?;
         fs::write(allowance_path(&c), b"{\"party\": 1}")?;
-        let e = check(&allowance_path(&c), 0, 1, 0).err();
+        let e = check(&allowance_path(&c), ME, ONE, 0).err();
         assert!(matches!(e, Some(AllowanceError::Format { .. })));
         assert!(e.is_some_and(|e| !e.is_refusal()));
+        // A file naming no party is not an allowance either.
+        fs::write(
+            allowance_path(&c),
+            b"{\"party\": 3, \"expires_ms\": 1, \"sessions\": 1, \"served\": 0}",
+        )?;
+        let e = check(&allowance_path(&c), ME, ONE, 0).err();
+        assert!(matches!(e, Some(AllowanceError::Format { .. })));
         Ok(())
     }
 }

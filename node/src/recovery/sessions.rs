@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ocelli_mpc::recovery::PadSecret;
+use sdk_orb::PartyId;
 use tokio::sync::Notify;
 
 use super::allowance::{self, Allowance};
@@ -24,7 +25,7 @@ pub const PAD_WAIT: Duration = Duration::from_secs(5);
 const MAX_OFFERS: usize = 8;
 
 /// A recovery session's name: the recovering party and its nonce.
-type Key = (u8, [u8; 32]);
+type Key = (PartyId, [u8; 32]);
 
 /// The helper's memory of recovery sessions (one per node, in [`crate::node::NodeState`]).
 #[derive(Default)]
@@ -58,7 +59,7 @@ impl Sessions {
     ///
     /// # Errors
     /// [`RecoveryError::NonceReused`].
-    pub fn check_fresh(&self, target: u8, nonce: &[u8; 32]) -> Result<(), RecoveryError> {
+    pub fn check_fresh(&self, target: PartyId, nonce: &[u8; 32]) -> Result<(), RecoveryError> {
         if self.inner().served.contains(&(target, *nonce)) {
             return Err(RecoveryError::NonceReused);
         }
@@ -73,8 +74,8 @@ impl Sessions {
     pub fn admit(
         &self,
         path: &Path,
-        me: u8,
-        target: u8,
+        me: PartyId,
+        target: PartyId,
         nonce: &[u8; 32],
         now_ms: u64,
     ) -> Result<Allowance, RecoveryError> {
@@ -92,7 +93,7 @@ impl Sessions {
     /// The session was served already, a secret for it is waiting already, or too many are.
     pub fn offer(
         &self,
-        target: u8,
+        target: PartyId,
         nonce: &[u8; 32],
         secret: PadSecret,
         now: Instant,
@@ -123,9 +124,9 @@ impl Sessions {
     /// [`RecoveryError::NoPad`] when none arrives in time.
     pub async fn take_offer(
         &self,
-        target: u8,
+        target: PartyId,
         nonce: &[u8; 32],
-        low: u8,
+        low: PartyId,
         wait: Duration,
     ) -> Result<PadSecret, RecoveryError> {
         let deadline = tokio::time::Instant::now() + wait;
@@ -146,7 +147,7 @@ impl Sessions {
         }
     }
 
-    fn take_now(&self, target: u8, nonce: &[u8; 32]) -> Option<PadSecret> {
+    fn take_now(&self, target: PartyId, nonce: &[u8; 32]) -> Option<PadSecret> {
         let mut inner = self.inner();
         let (at, secret) = inner.offers.remove(&(target, *nonce))?;
         (at.elapsed() < OFFER_TTL).then_some(secret)
@@ -160,48 +161,53 @@ mod tests {
 
     type Res = Result<(), Box<dyn std::error::Error>>;
 
+    const ME: PartyId = PartyId::ALL[0];
+    const ONE: PartyId = PartyId::ALL[1];
+    const TWO: PartyId = PartyId::ALL[2];
+
     #[tokio::test]
     async fn an_offer_is_taken_once_and_a_served_nonce_is_refused() -> Res {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join(allowance::ALLOWANCE_FILE);
         let s = Sessions::default();
         let nonce = [7; 32];
-        s.offer(2, &nonce, PadSecret::random(&mut OsRng), Instant::now())?;
+        s.offer(TWO, &nonce, PadSecret::random(&mut OsRng), Instant::now())?;
         assert!(matches!(
-            s.offer(2, &nonce, PadSecret::random(&mut OsRng), Instant::now()),
+            s.offer(TWO, &nonce, PadSecret::random(&mut OsRng), Instant::now()),
             Err(RecoveryError::PadOfferedTwice)
         ));
-        s.take_offer(2, &nonce, 0, Duration::ZERO).await?;
+        s.take_offer(TWO, &nonce, ME, Duration::ZERO).await?;
         assert!(matches!(
-            s.take_offer(2, &nonce, 0, Duration::from_millis(50)).await,
-            Err(RecoveryError::NoPad { party: 0, .. })
+            s.take_offer(TWO, &nonce, ME, Duration::from_millis(50))
+                .await,
+            Err(RecoveryError::NoPad { party: ME, .. })
         ));
 
         // Without an allowance the nonce stays unserved; with one, it is served once.
         assert!(matches!(
-            s.admit(&path, 0, 2, &nonce, 0),
+            s.admit(&path, ME, TWO, &nonce, 0),
             Err(RecoveryError::Allowance(_))
         ));
-        s.check_fresh(2, &nonce)?;
-        let mut c = crate::keys::sample_node_config(0, 1);
+        s.check_fresh(TWO, &nonce)?;
+        let mut c = crate::keys::sample_node_config(ME, 1);
         c.data_dir = dir.path().to_owned();
-        allowance::allow_recovery(&c, 2, Duration::from_secs(60), 5)?;
+        allowance::allow_recovery(&c, TWO, Duration::from_secs(60), 5)?;
         let now = crate::clock::now_ms();
-        s.admit(&path, 0, 2, &nonce, now)?;
+        s.admit(&path, ME, TWO, &nonce, now)?;
         assert!(matches!(
-            s.admit(&path, 0, 2, &nonce, now),
+            s.admit(&path, ME, TWO, &nonce, now),
             Err(RecoveryError::NonceReused)
         ));
         assert!(matches!(
-            s.check_fresh(2, &nonce),
+            s.check_fresh(TWO, &nonce),
             Err(RecoveryError::NonceReused)
         ));
         assert!(matches!(
-            s.offer(2, &nonce, PadSecret::random(&mut OsRng), Instant::now()),
+            s.offer(TWO, &nonce, PadSecret::random(&mut OsRng), Instant::now()),
             Err(RecoveryError::NonceReused)
         ));
         // The refusal took no session.
-        assert_eq!(allowance::check(&path, 0, 2, now)?.served, 1);
+        assert_eq!(allowance::check(&path, ME, TWO, now)?.served, 1);
         Ok(())
     }
 
@@ -211,10 +217,10 @@ mod tests {
         let nonce = [9; 32];
         let waiter = tokio::spawn({
             let s = s.clone();
-            async move { s.take_offer(1, &nonce, 0, Duration::from_secs(10)).await }
+            async move { s.take_offer(ONE, &nonce, ME, Duration::from_secs(10)).await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        s.offer(1, &nonce, PadSecret::random(&mut OsRng), Instant::now())?;
+        s.offer(ONE, &nonce, PadSecret::random(&mut OsRng), Instant::now())?;
         let secret = tokio::time::timeout(Duration::from_secs(5), waiter).await??;
         assert!(secret.is_ok());
         Ok(())
@@ -226,14 +232,14 @@ mod tests {
         let long_ago = Instant::now()
             .checked_sub(OFFER_TTL + Duration::from_secs(1))
             .ok_or("clock too young")?;
-        s.offer(2, &[0; 32], PadSecret::random(&mut OsRng), long_ago)?;
-        assert!(s.take_now(2, &[0; 32]).is_none(), "expired");
+        s.offer(TWO, &[0; 32], PadSecret::random(&mut OsRng), long_ago)?;
+        assert!(s.take_now(TWO, &[0; 32]).is_none(), "expired");
         for i in 0..MAX_OFFERS as u8 {
-            s.offer(2, &[i; 32], PadSecret::random(&mut OsRng), Instant::now())?;
+            s.offer(TWO, &[i; 32], PadSecret::random(&mut OsRng), Instant::now())?;
         }
         assert!(matches!(
             s.offer(
-                2,
+                TWO,
                 &[0xff; 32],
                 PadSecret::random(&mut OsRng),
                 Instant::now()

@@ -354,7 +354,7 @@ mod tests {
     ) -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let keys = keygen(&KeygenOptions::local(dir.path().join("keys")))?;
-        let mut cfg = NodeConfig::load(&keys.config(0))?;
+        let mut cfg = NodeConfig::load(&keys.config(sdk_orb::PartyId::ALL[0]))?;
         cfg.data_dir = dir.path().join("data");
         let state = NodeState::open(cfg, Arc::new(NotEvaluated))?;
         state.set_ready(true);

@@ -15,7 +15,8 @@ use shared_proto::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::agreement::{apply_commit, coordinator, evaluate_commit};
+use crate::agreement::coordinator::{self, COORDINATOR};
+use crate::agreement::{apply_commit, evaluate_commit};
 use crate::batch::ApplyError;
 use crate::node::NodeState;
 use crate::recovery::RecoveryError;
@@ -46,10 +47,10 @@ impl PeerApi {
     }
 
     fn require_party0<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        match self.caller(req)?.get() {
-            0 => Ok(()),
+        match self.caller(req)? {
+            COORDINATOR => Ok(()),
             p => Err(Status::permission_denied(format!(
-                "only party 0 coordinates batches; caller is party {p}"
+                "only {COORDINATOR} coordinates batches; caller is {p}"
             ))),
         }
     }
@@ -64,7 +65,7 @@ impl PeerService for PeerApi {
         request: Request<BatchProposal>,
     ) -> Result<Response<BatchVote>, Status> {
         self.require_party0(&request)?;
-        if self.state.party.get() == 0 {
+        if self.state.party == COORDINATOR {
             return Err(Status::failed_precondition("party 0 does not vote"));
         }
         let proposal = request.into_inner();

@@ -40,15 +40,19 @@ fn nonce_of(bytes: &[u8]) -> Result<[u8; 32], RecoveryError> {
 
 /// Takes a session of the allowance and records the nonce, off the async threads (the
 /// allowance file is written and synced).
-async fn admit(state: &Arc<NodeState>, target: u8, nonce: [u8; 32]) -> Result<(), RecoveryError> {
+async fn admit(
+    state: &Arc<NodeState>,
+    target: PartyId,
+    nonce: [u8; 32],
+) -> Result<(), RecoveryError> {
     let state = state.clone();
     tokio::task::spawn_blocking(move || {
         let path = allowance_path(&state.config);
         let a = state
             .recovery
-            .admit(&path, state.party.get(), target, &nonce, now_ms())?;
+            .admit(&path, state.party, target, &nonce, now_ms())?;
         tracing::info!(
-            party = target,
+            party = target.get(),
             served = a.served,
             sessions = a.sessions,
             "recovery session admitted"
@@ -80,24 +84,24 @@ pub async fn helper_stream(
     let target = target_of(&state, caller)?;
     let (low, high) = helpers_of(target);
     let secret = if state.party == low {
-        admit(&state, target.get(), nonce).await?;
+        admit(&state, target, nonce).await?;
         let secret = PadSecret::random(&mut OsRng);
-        offer_pad(&state, high.get(), target.get(), &nonce, &secret).await?;
+        offer_pad(&state, high, target, &nonce, &secret).await?;
         secret
     } else {
         // Refused before the wait where the answer is known already.
-        state.recovery.check_fresh(target.get(), &nonce)?;
+        state.recovery.check_fresh(target, &nonce)?;
         allowance::check(
             &allowance_path(&state.config),
-            state.party.get(),
-            target.get(),
+            state.party,
+            target,
             now_ms(),
         )?;
         let secret = state
             .recovery
-            .take_offer(target.get(), &nonce, low.get(), PAD_WAIT)
+            .take_offer(target, &nonce, low, PAD_WAIT)
             .await?;
-        admit(&state, target.get(), nonce).await?;
+        admit(&state, target, nonce).await?;
         secret
     };
     let guard = state.apply_lock.clone().lock_owned().await;
@@ -130,8 +134,8 @@ pub async fn helper_stream(
 /// Hands the session's secret to the higher helper `high`.
 async fn offer_pad(
     state: &NodeState,
-    high: u8,
-    target: u8,
+    high: PartyId,
+    target: PartyId,
     nonce: &[u8; 32],
     secret: &PadSecret,
 ) -> Result<(), RecoveryError> {
@@ -146,7 +150,7 @@ async fn offer_pad(
         })?
         .clone();
     let offer = RecoveryPadOffer {
-        target_party: u32::from(target),
+        target_party: u32::from(target.get()),
         nonce: nonce.to_vec(),
         secret: secret.to_bytes().to_vec(),
     };
@@ -173,10 +177,7 @@ pub fn accept_pad(
     from: PartyId,
     offer: &RecoveryPadOffer,
 ) -> Result<(), RecoveryError> {
-    let target = u8::try_from(offer.target_party)
-        .ok()
-        .and_then(|p| PartyId::try_from(p).ok())
-        .ok_or(RecoveryError::NotLowHelper)?;
+    let target = PartyId::try_from(offer.target_party).map_err(|_| RecoveryError::NotLowHelper)?;
     if helpers_of(target) != (from, state.party) {
         return Err(RecoveryError::NotLowHelper);
     }
@@ -184,13 +185,11 @@ pub fn accept_pad(
     let secret = PadSecret::try_from(offer.secret.as_slice())?;
     allowance::check(
         &allowance_path(&state.config),
-        state.party.get(),
-        target.get(),
+        state.party,
+        target,
         now_ms(),
     )?;
-    state
-        .recovery
-        .offer(target.get(), &nonce, secret, Instant::now())
+    state.recovery.offer(target, &nonce, secret, Instant::now())
 }
 
 /// Computes and sends the chunks; stops early if the caller hangs up.

@@ -210,7 +210,7 @@ mod tests {
             max_unauthenticated_per_address: max_per_address,
             ..ConnectionsConfig::default()
         };
-        Admission::new("orb", &limits, &Metrics::new(0))
+        Admission::new("orb", &limits, &Metrics::new(sdk_orb::PartyId::ALL[0]))
     }
 
     fn ip(last: u8) -> IpAddr {

@@ -248,7 +248,7 @@ mod tests {
             ..ConnectionsConfig::default()
         };
         let timeout = limits.unauthenticated_timeout();
-        let admission = Admission::new("orb", &limits, &Metrics::new(0));
+        let admission = Admission::new("orb", &limits, &Metrics::new(sdk_orb::PartyId::ALL[0]));
         let admitted = |tcp| BufferedTcp::admitted(tcp, admission.admit([127, 0, 0, 1].into()));
         let mut byte = [0u8; 1];
 
@@ -270,7 +270,7 @@ mod tests {
             unauthenticated_timeout_ms: 10_000,
             ..ConnectionsConfig::default()
         };
-        let admission = Admission::new("orb", &limits, &Metrics::new(0));
+        let admission = Admission::new("orb", &limits, &Metrics::new(sdk_orb::PartyId::ALL[0]));
         let (_client, server) = pair().await?;
         let mut server = BufferedTcp::admitted(server, admission.admit([127, 0, 0, 1].into()));
         let started = Instant::now();

@@ -22,7 +22,7 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
 use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
-use sdk_orb::{RequestId, RequestType};
+use sdk_orb::{PartyId, RequestId, RequestType};
 use tokio::net::TcpListener;
 
 pub type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -77,20 +77,20 @@ pub fn configs_for(
     let keys = keygen(&KeygenOptions::local(dir.join("keys")))?;
     let run = rand::random::<u64>();
     let mut configs = Vec::new();
-    for party in 0u8..3 {
+    for party in PartyId::ALL {
         let mut c = sample_node_config(party, 1);
         c.resolve_paths(&keys.dir);
-        c.data_dir = dir.join(format!("data{party}"));
-        let (o, p, m) = addrs[party as usize];
+        c.data_dir = dir.join(format!("data{}", party.get()));
+        let (o, p, m) = addrs[party.index()];
         c.listen.orb = o;
         c.listen.peer = p;
         c.listen.metrics = m;
         for peer in &mut c.peers {
-            peer.address = addrs[peer.party_id as usize].1;
+            peer.address = addrs[peer.party_id.index()].1;
         }
         if let Some(url) = postgres_store()? {
             c.store.url = Some(url);
-            c.store.schema = format!("cluster_{run:016x}_p{party}");
+            c.store.schema = format!("cluster_{run:016x}_p{}", party.get());
             c.store.pool_size = 2;
         }
         c.batch.interval_ms = 20;
@@ -329,10 +329,10 @@ impl Cluster {
 
     /// What the operators of `party`'s two helpers run before it recovers
     /// (`ocelli-node allow-recovery --party PARTY --minutes 10 --sessions SESSIONS`).
-    pub fn allow_recovery(&self, party: u8, sessions: u32) -> Res {
-        for helper in (0..3).filter(|&h| h != party) {
+    pub fn allow_recovery(&self, party: PartyId, sessions: u32) -> Res {
+        for helper in ocelli_node::ids::others(party) {
             ocelli_node::recovery::allow_recovery(
-                &self.configs[helper as usize],
+                &self.configs[helper.index()],
                 party,
                 Duration::from_secs(600),
                 sessions,

@@ -15,7 +15,7 @@ use ocelli_node::shares::ShareDb;
 use ocelli_node::tls::NodeTls;
 use sdk_orb::envelope::EnvelopeView;
 use sdk_orb::keys::{NodePublicKeys, NodeSecretKey};
-use sdk_orb::RequestType;
+use sdk_orb::{PartyId, RequestType};
 use shared_proto::v1::peer_service_client::PeerServiceClient;
 use shared_proto::v1::{
     BatchSignature, GetResultRequest, ResultStatus, SignedResult, SubmitRequest,
@@ -306,12 +306,16 @@ pub async fn submit_everywhere(c: &Cluster, env: &[u8]) -> Res {
 pub fn peer_client(
     c: &Cluster,
     from: usize,
-    to: u8,
+    to: usize,
 ) -> Res<PeerServiceClient<tonic::transport::Channel>> {
     let tls = NodeTls::load(&c.configs[from])?;
-    let cfg = tls.peer_clients.get(&to).ok_or("no client")?.clone();
+    let cfg = tls
+        .peer_clients
+        .get(&PartyId::ALL[to])
+        .ok_or("no client")?
+        .clone();
     let ch = ocelli_node::tls::channel(
-        c.configs[to as usize].listen.peer,
+        c.configs[to].listen.peer,
         "127.0.0.1",
         cfg,
         Duration::from_secs(10),
@@ -321,17 +325,19 @@ pub fn peer_client(
 
 /// Party `party`'s attestation of `digest`, made with its result key (what that party, if it
 /// misbehaves, can produce).
-pub fn attest_as(c: &Cluster, party: u8, key_of: u8, digest: &[u8; 32]) -> Res<BatchSignature> {
+pub fn attest_as(
+    c: &Cluster,
+    party: PartyId,
+    key_of: PartyId,
+    digest: &[u8; 32],
+) -> Res<BatchSignature> {
     use ed25519_dalek::Signer;
     let seed = read_key32(&c.keys.party_file(key_of, "result-signing.key"))?;
     let key = ed25519_dalek::SigningKey::from_bytes(&seed);
     Ok(BatchSignature {
-        party_id: u32::from(party),
+        party_id: u32::from(party.get()),
         signature: key
-            .sign(&batch_signing_message(
-                sdk_orb::PartyId::try_from(party)?,
-                digest,
-            ))
+            .sign(&batch_signing_message(party, digest))
             .to_bytes()
             .to_vec(),
     })
