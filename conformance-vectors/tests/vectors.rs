@@ -217,6 +217,37 @@ fn a_changed_outcome_or_policy_fails_the_requests_family() {
     assert!(e.contains("not a database vector"), "{e}");
 }
 
+#[test]
+fn a_change_no_outcome_shows_still_fails_the_requests_family() {
+    let reauth = 3;
+    let fails_naming = |what: &str, f: &dyn Fn(&mut Value)| {
+        let report = verify_text(Family::Requests, &database_and_batch(reauth, f)).expect("loads");
+        assert_eq!(report.failures.len(), 1, "{what}: {:?}", report.failures);
+        assert!(report.failures[0].1.contains(what), "{:?}", report.failures);
+    };
+    // A code bit under a zero mask bit: the nodes never see it.
+    fails_naming("requests[0].left.code: bit", &|v| {
+        let t = &mut v["vectors"][1]["case"]["batch"]["requests"][0]["left"];
+        let mask = t["mask"].as_str().expect("hex").to_string();
+        let at = mask.find('0').expect("a masked digit");
+        let code = t["code"].as_str().expect("hex");
+        let digit = if &code[at..=at] == "0" { "1" } else { "0" };
+        t["code"] = Value::String(format!("{}{digit}{}", &code[..at], &code[at + 1..]));
+    });
+    // The threshold moves no outcome of this batch, but every comparison value.
+    fails_naming("comparisons[0][0].left", &|v| {
+        let a = &mut v["vectors"][1]["case"]["batch"]["threshold_a"];
+        *a = serde_json::json!(a.as_u64().expect("a") + 1);
+    });
+    // A deletion is compared with nobody: a template there would be checked by nothing.
+    fails_naming("requests[6].left, right", &|v| {
+        let requests = &mut v["vectors"][1]["case"]["batch"]["requests"];
+        assert_eq!(requests[6]["request_type"], "deletion");
+        requests[6]["left"] = requests[0]["left"].clone();
+        requests[6]["right"] = requests[0]["right"].clone();
+    });
+}
+
 fn load_error(family: Family, f: impl FnOnce(&mut Value)) -> String {
     verify_text(family, &edit(family, f))
         .expect_err("must not load")

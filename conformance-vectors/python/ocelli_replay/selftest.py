@@ -5,6 +5,7 @@
 For each implemented family the copy changes one character of one field (a hex digit, kept
 lowercase hex, so the file still loads); the Python replayer must then fail that family with a
 reason naming the field, and, with --rust, the Rust `conformance-vectors verify` must fail too.
+Some families get several such edits, one copy each.
 """
 
 from __future__ import annotations
@@ -23,24 +24,38 @@ from typing import Dict, List, Optional, Tuple
 from ocelli_replay import cli
 from ocelli_replay.families import IMPLEMENTED
 
-# family -> (the field whose value is changed, offset of the changed hex digit, a reason substring);
-# the first occurrence of the field, or the n-th for "field#n"
-EDITS: Dict[str, Tuple[str, int, str]] = {
-    "template_codec": ("serialised", 10, "serialised"),
-    "masked_bitvectors": ("head", 0, "probe_bitvector"),
-    "rotations": ("expected", 5, "expected"),
-    "layout": ("plain_bit_index", 4, "plain_bit_index["),
-    "ring": ("expected", 0, "expected"),
-    "shamir": ("shares", 0, "shares[0]"),
-    "trimmed_masks": ("sha256", 3, "trimmed_a"),
-    "preprocess": ("expected", 2, "expected"),
-    "dot_shares": ("entry_rng_seed", 7, "party_shares[0]"),
-    "envelope_header": ("header", 40, "header"),
-    "envelope_sealing": ("signature", 9, "signature"),
-    "envelope_rejections": ("envelope", 2000, "party 0"),
-    "payload_rejections": ("payload#2", 3, "error"),
-    "comparison": ("prf_seeds", 1, "parties[0].cross"),
-    "requests": ("text:\"reauth\": true|\"reauth\": false", 0, "outcomes[0] (reauth)"),
+# family -> edits, each (the field whose value is changed, offset of the changed hex digit, a
+# reason substring); the first occurrence of the field, or the n-th for "field#n". "text:old|new"
+# replaces the first `old`; "masked:code#n" and "usable:code#n" change the first hex digit of the
+# n-th code whose mask digit is 0 (a bit nothing compares) or f (a bit every comparison reads).
+EDITS: Dict[str, List[Tuple[str, int, str]]] = {
+    "template_codec": [("serialised", 10, "serialised")],
+    "masked_bitvectors": [("head", 0, "probe_bitvector")],
+    "rotations": [("expected", 5, "expected")],
+    "layout": [("plain_bit_index", 4, "plain_bit_index[")],
+    "ring": [("expected", 0, "expected")],
+    "shamir": [("shares", 0, "shares[0]")],
+    "trimmed_masks": [("sha256", 3, "trimmed_a")],
+    "preprocess": [("expected", 2, "expected")],
+    "dot_shares": [("entry_rng_seed", 7, "party_shares[0]")],
+    "envelope_header": [("header", 40, "header")],
+    "envelope_sealing": [("signature", 9, "signature")],
+    "envelope_rejections": [("envelope", 2000, "party 0")],
+    "payload_rejections": [("payload#2", 3, "error")],
+    "comparison": [("prf_seeds", 1, "parties[0].cross")],
+    "requests": [
+        ("text:\"reauth\": true|\"reauth\": false", 0, "outcomes[0] (reauth)"),
+        # The seeds derive from the vector id and positions: nothing else of a person but its
+        # template reaches the nodes, so the edits below are the ones no outcome shows.
+        ("usable:code#1", 0, "comparisons[0][0].left"),
+        ("masked:code#2", 0, "people[0].right.code"),
+        ("usable:code#9", 0, "comparisons[0][0].left"),
+        ("masked:code#9", 0, "requests[0].left.code"),
+        ("text:\"threshold_a\": 20316|\"threshold_a\": 20317", 0, "comparisons[0][0].left"),
+        ("left", 7, "comparisons[0][0].left"),
+        ("text:\"or_policy\": false|\"or_policy\": true", 0, "requests[0].or_policy"),
+        ("text:\"serial_id\": 0,|\"serial_id\": 6,", 0, "requests[0].serial_id"),
+    ],
 }
 
 
@@ -50,12 +65,18 @@ def flip(text: str, field: str, offset: int) -> str:
         if old not in text:
             raise SystemExit(f"selftest: no {old!r} to change")
         return text.replace(old, new, 1)
-    name, _, nth = field.partition("#")
+    kind, _, rest = field.rpartition(":")
+    name, _, nth = rest.partition("#")
     matches = list(re.finditer(r'"%s":\s*(?:\[\s*)?"' % re.escape(name), text))[: int(nth or 1)]
     match = matches[-1] if len(matches) == int(nth or 1) else None
     if match is None:
         raise SystemExit(f"selftest: no string field {field!r} to change")
     at = match.end() + offset
+    if kind:
+        # a template is {"code": ..., "mask": ...}: the mask's digits follow the code's
+        mask = re.compile(r'"mask":\s*"').search(text, at).end()
+        want = "0" if kind == "masked" else "f"
+        at += next(i for i in range(1_000_000) if text[mask + i] == want)
     digit = text[at]
     new = "0123456789abcdef"[("0123456789abcdef".index(digit) + 1) % 16]
     return text[:at] + new + text[at + 1 :]
@@ -124,8 +145,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     source: Path = args.vectors or cli.default_dir()
     failures: List[str] = []
-    for family in IMPLEMENTED:
-        field, offset, reason = EDITS[family]
+    edits = [(family, edit) for family in IMPLEMENTED for edit in EDITS[family]]
+    for family, (field, offset, reason) in edits:
         with tempfile.TemporaryDirectory() as tmp:
             directory = Path(tmp)
             for path in source.glob("*.json"):
@@ -153,7 +174,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     failures += strictness(source, args.rust)
     for f in failures:
         print(f"SELFTEST FAIL {f}")
-    print(f"selftest: {len(IMPLEMENTED) - len(failures)} of {len(IMPLEMENTED)} families fail on a changed byte as they must")
+    print(f"selftest: {len(edits) + len(LOAD_EDITS) - len(failures)} of {len(edits) + len(LOAD_EDITS)} changed copies of {len(IMPLEMENTED)} families fail as they must")
     return 1 if failures else 0
 
 

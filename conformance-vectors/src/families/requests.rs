@@ -1,11 +1,22 @@
 //! `requests`: whole batches through the node's matching. Vector 1 is a database of enrolled
-//! people; every other vector is a batch of requests against it, with the outcome of each
-//! request as the node reports it. Replay shares every person from its seed, runs the batch as
-//! the three parties through `ocelli_mpc` (the request-type mapping, pipeline and outcome
-//! mapping a node's evaluator runs, CPU engine, in-memory network) and checks the
-//! outcomes against the vector and against a plaintext reference built on `sdk_orb::plaintext`.
+//! people; every other vector is a batch of requests against it, with the comparison values
+//! each request's outcome is computed from and the outcome as the node reports it. Replay
+//! shares every person with a seed derived from the vector id and its position, runs the batch
+//! as the three parties through `ocelli_mpc` (the request-type mapping, pipeline and outcome
+//! mapping a node's evaluator runs, CPU engine, in-memory network, PRF seeds derived from the
+//! vector id) and checks the outcomes against the vector and against a plaintext reference
+//! built on `sdk_orb::plaintext`, which also gives the comparison values.
+//!
+//! Every field reaches a check (prose aside, and a target serial id that nothing compares:
+//! docs/conformance.md, `requests`): nothing the outcomes cannot depend on is stored
+//! (the seeds are derived; a request compared with nothing has no template), and what could
+//! change without changing an outcome has one canonical form (code bits 0 where the mask is
+//! 0, `or_policy` false unless it changes the outcome, `serial_id` 0 exactly where the request
+//! type names none) or is recorded (the comparison values, which every usable bit and
+//! `threshold_a` move).
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 
 use ocelli_mpc::backend::{Reference, RowBackend};
 use ocelli_mpc::local::run_three_seeded;
@@ -15,18 +26,19 @@ use ocelli_mpc::requests::{
 };
 use ocelli_mpc::scratch::ScratchPool;
 use ocelli_mpc::MatchDb;
-use sdk_orb::plaintext::dot_products;
-use sdk_orb::rotation::rotations;
 use sdk_orb::shamir::share_eye;
-use sdk_orb::template::IrisTemplate;
-use sdk_orb::{EyeShares, PartyShares, PARTIES};
+use sdk_orb::template::{IrisBits, IrisTemplate, TemplatePolicy, DEFAULT_VERSION};
+use sdk_orb::{EyeShares, PartyShares, CODE_BITS, PARTIES};
 
 use crate::common::{rng, PackedTemplate};
 use crate::envelope::RequestKind;
-use crate::format::{expect_eq, Flag, Hex, Vector};
+use crate::format::{expect_eq, Flag, HexU32, Vector};
 use crate::{Family, Sources};
 
 mod generate;
+mod plaintext;
+
+use plaintext::{plaintext, Plain};
 
 /// The family.
 #[derive(Debug)]
@@ -49,10 +61,11 @@ pub enum Case {
         threshold_a: u32,
         /// Open only whether each request matched, not which entries or requests.
         privacy_max: bool,
-        /// The pairwise PRF seeds: `prf_seeds[i]` is shared by parties `i` and `i+1`.
-        prf_seeds: Vec<Hex>,
         /// The requests, in batch order.
         requests: Vec<Request>,
+        /// For each request, what it is compared with and the comparison values: entries in
+        /// database order, then earlier uniqueness requests in batch order.
+        comparisons: Vec<Vec<Comparison>>,
         /// The outcome of each request.
         outcomes: Vec<Outcome>,
     },
@@ -68,8 +81,6 @@ pub struct Enrolled {
     pub left: PackedTemplate,
     /// Right eye.
     pub right: PackedTemplate,
-    /// ChaCha20 seed of the share randomness: the left eye, then the right eye.
-    pub share_seed: Hex,
 }
 
 /// A request of a batch.
@@ -78,16 +89,38 @@ pub struct Enrolled {
 pub struct Request {
     /// The request type.
     pub request_type: RequestKind,
-    /// Target serial id (deletion, reauth, reset), 0 if none.
+    /// Target serial id (deletion, reauth, reset); 0 for uniqueness requests and checks.
     pub serial_id: u64,
-    /// Either eye suffices instead of both.
+    /// Either eye suffices instead of both; true only where that changes the outcome.
     pub or_policy: bool,
-    /// Left eye.
-    pub left: PackedTemplate,
-    /// Right eye.
-    pub right: PackedTemplate,
-    /// ChaCha20 seed of the share randomness: the left eye, then the right eye.
-    pub share_seed: Hex,
+    /// Left eye; null exactly when the request is compared with nothing.
+    pub left: Option<PackedTemplate>,
+    /// Right eye; null exactly when the request is compared with nothing.
+    pub right: Option<PackedTemplate>,
+}
+
+/// Who a request is compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum With {
+    /// The enrolled person with this serial id.
+    Entry(u64),
+    /// The earlier request of the batch at this index.
+    Request(usize),
+}
+
+/// One comparison of a request, per eye: `x_k = A md_k - 2^16 cd_k` for the request's
+/// template rotated by `k = -15..=15` against the other's (i32 values, as u32). The eye
+/// matches iff some `x_k < 0`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Comparison {
+    /// The other side.
+    pub with: With,
+    /// Left eyes, 31 values.
+    pub left: HexU32,
+    /// Right eyes, 31 values.
+    pub right: HexU32,
 }
 
 /// What the nodes answer for one request.
@@ -114,6 +147,33 @@ pub enum Outcome {
 /// A person's two eyes.
 type Person = (IrisTemplate, IrisTemplate);
 
+const SHARE_SEED_LABEL: &[u8] = b"ocelli/vectors/requests/share-seed";
+const PRF_SEED_LABEL: &[u8] = b"ocelli/vectors/requests/prf-seed";
+
+/// The share seed of the person at `position` in `people` or `requests` of vector `id`:
+/// `SHA-256(label || u32_le(id) || u32_le(position))`.
+fn share_seed(id: u32, position: usize) -> Result<[u8; 32], String> {
+    let position = u32::try_from(position).map_err(|_| "more than 2^32 people".to_string())?;
+    Ok(Sha256::new()
+        .chain_update(SHARE_SEED_LABEL)
+        .chain_update(id.to_le_bytes())
+        .chain_update(position.to_le_bytes())
+        .finalize()
+        .into())
+}
+
+/// The PRF seeds of batch `id`: `prf_seeds[i] = SHA-256(label || u32_le(id) || u8(i))`.
+fn prf_seeds(id: u32) -> [[u8; 32]; PARTIES] {
+    core::array::from_fn(|i| {
+        Sha256::new()
+            .chain_update(PRF_SEED_LABEL)
+            .chain_update(id.to_le_bytes())
+            .chain_update([i as u8])
+            .finalize()
+            .into()
+    })
+}
+
 /// The three parties' shares of a person from `share_seed`: `share_eye` on the left eye, then
 /// on the right eye, with one ChaCha20 stream (as `seal_envelope` draws them).
 fn shares_of(person: &Person, share_seed: &[u8; 32]) -> Vec<PartyShares> {
@@ -129,6 +189,18 @@ fn shares_of(person: &Person, share_seed: &[u8; 32]) -> Vec<PartyShares> {
             right: right[p].clone(),
         })
         .collect()
+}
+
+/// The template the nodes get for a request that carries none: every bit 0, nothing usable.
+fn empty_person() -> Result<Person, String> {
+    let t = IrisTemplate::new(
+        IrisBits::zero(),
+        IrisBits::zero(),
+        DEFAULT_VERSION,
+        &TemplatePolicy { min_usable_bits: 0 },
+    )
+    .map_err(|e| format!("the empty template: {e}"))?;
+    Ok((t.clone(), t))
 }
 
 fn outcome_of(o: &NodeOutcome) -> Result<Outcome, String> {
@@ -159,11 +231,12 @@ struct Query {
     kind: RequestKind,
     serial_id: u64,
     or_policy: bool,
-    person: Person,
+    /// `None` for a request compared with nothing.
+    person: Option<Person>,
     share_seed: [u8; 32],
 }
 
-/// A batch with its people decoded.
+/// A batch with its people decoded and its seeds derived.
 struct Batch {
     database: Vec<Entry>,
     requests: Vec<Query>,
@@ -192,9 +265,11 @@ fn run_nodes(batch: &Batch) -> Result<Vec<Outcome>, String> {
             or_serial_ids: Vec::new(),
         })
         .collect();
+    let empty = empty_person()?;
     let mut shares: Vec<Vec<Box<PartyShares>>> = (0..PARTIES).map(|_| Vec::new()).collect();
     for q in &batch.requests {
-        for (party, s) in shares.iter_mut().zip(shares_of(&q.person, &q.share_seed)) {
+        let person = q.person.as_ref().unwrap_or(&empty);
+        for (party, s) in shares.iter_mut().zip(shares_of(person, &q.share_seed)) {
             party.push(Box::new(s));
         }
     }
@@ -237,147 +312,116 @@ fn run_nodes(batch: &Batch) -> Result<Vec<Outcome>, String> {
     Ok(per_party.swap_remove(0))
 }
 
-/// Each eye of a query, in all 31 rotations (index `k + 15`).
-fn all_rotations(person: &Person) -> [Vec<IrisTemplate>; 2] {
-    [&person.0, &person.1].map(|eye| rotations().map(|k| eye.rotated(k)).collect())
-}
-
-/// The plaintext rule: an eye matches if `2^16 cd > A md` at some rotation of the query; a
-/// person matches if both eyes do (either eye under the OR policy).
-fn person_matches(query: &[Vec<IrisTemplate>; 2], other: &Person, or_policy: bool, a: u32) -> bool {
-    let eye = |rotated: &[IrisTemplate], e: &IrisTemplate| {
-        rotated.iter().any(|q| dot_products(q, e).matches(a))
-    };
-    let (l, r) = (eye(&query[0], &other.0), eye(&query[1], &other.1));
-    if or_policy {
-        l || r
-    } else {
-        l && r
-    }
-}
-
-/// The outcomes from the templates alone, written from the request-type semantics
-/// (docs/design.md section 5): uniqueness and uniqueness checks match against every enrolled person and
-/// the batch's earlier uniqueness requests (the enrolment candidates); a re-authentication
-/// against its serial id only; deletions and resets are carried out unmatched. Matching sees
-/// the database as it was before the batch. Also says whether some request matches an
-/// earlier one (known here even in the privacy-max mode).
-fn plaintext_outcomes(batch: &Batch) -> (Vec<Outcome>, bool) {
-    let a = batch.threshold_a;
-    let rotated: Vec<[Vec<IrisTemplate>; 2]> = batch
-        .requests
-        .iter()
-        .map(|q| all_rotations(&q.person))
-        .collect();
-    let mut intra_batch = false;
-    let outcomes = batch
-        .requests
-        .iter()
-        .enumerate()
-        .map(|(j, q)| match q.kind {
-            RequestKind::Uniqueness | RequestKind::UniquenessCheck => {
-                let entries: Vec<u64> = batch
-                    .database
-                    .iter()
-                    .filter(|e| person_matches(&rotated[j], &e.person, q.or_policy, a))
-                    .map(|e| e.serial_id)
-                    .collect();
-                let earlier: Vec<usize> = (0..j)
-                    .filter(|&k| batch.requests[k].kind == RequestKind::Uniqueness)
-                    .filter(|&k| {
-                        person_matches(&rotated[j], &batch.requests[k].person, q.or_policy, a)
-                    })
-                    .collect();
-                intra_batch |= !earlier.is_empty();
-                if entries.is_empty() && earlier.is_empty() {
-                    Outcome::Unique
-                } else if batch.privacy_max {
-                    Outcome::Match {
-                        entries: vec![],
-                        earlier: vec![],
-                    }
-                } else {
-                    Outcome::Match { entries, earlier }
-                }
-            }
-            RequestKind::Reauth => Outcome::Reauth(
-                batch
-                    .database
-                    .iter()
-                    .find(|e| e.serial_id == q.serial_id)
-                    .is_some_and(|e| person_matches(&rotated[j], &e.person, q.or_policy, a)),
-            ),
-            RequestKind::Deletion | RequestKind::Reset => Outcome::Apply,
-        })
-        .collect();
-    (outcomes, intra_batch)
-}
-
-/// Runs the nodes and the plaintext reference; they must agree. Returns the outcomes and
-/// whether some request matches an earlier one.
-fn evaluate_batch(batch: &Batch) -> Result<(Vec<Outcome>, bool), String> {
+/// Runs the nodes and the plaintext reference; their outcomes must agree.
+fn evaluate_batch(batch: &Batch) -> Result<Plain, String> {
+    let plain = plaintext(batch)?;
     let nodes = run_nodes(batch)?;
-    let (reference, intra_batch) = plaintext_outcomes(batch);
     expect_eq(
         "node outcomes vs the plaintext reference",
         &nodes,
-        &reference,
+        &plain.outcomes,
     )?;
-    Ok((nodes, intra_batch))
+    Ok(plain)
 }
 
-fn person_of(left: &PackedTemplate, right: &PackedTemplate) -> Result<Person, String> {
-    Ok((left.template()?, right.template()?))
+/// A template as the vectors hold it: valid, and with every code bit 0 where the mask is 0
+/// (those bits change nothing the nodes compute, so they have one form).
+fn template_of(t: &PackedTemplate, what: &str) -> Result<IrisTemplate, String> {
+    let template = t.template().map_err(|e| format!("{what}: {e}"))?;
+    if let Some(i) = (0..CODE_BITS).find(|&i| template.code().get(i) && !template.mask().get(i)) {
+        return Err(format!(
+            "{what}.code: bit {i} is 1 where the mask is 0 (must be 0)"
+        ));
+    }
+    Ok(template)
 }
 
-fn seed32(h: &Hex, what: &str) -> Result<[u8; 32], String> {
-    h.array::<32>(what)
+fn person_of(left: &PackedTemplate, right: &PackedTemplate, what: &str) -> Result<Person, String> {
+    Ok((
+        template_of(left, &format!("{what}.left"))?,
+        template_of(right, &format!("{what}.right"))?,
+    ))
 }
 
-/// The batch a vector describes, read from its fields (the generator reads its own output
-/// back the same way).
+/// The batch a vector describes, read from its fields, with the seeds derived from the ids
+/// (the generator reads its own output back the same way).
 fn decode(
-    database: &[Enrolled],
+    database: (u32, &[Enrolled]),
+    batch_id: u32,
     threshold_a: u32,
     privacy_max: bool,
-    prf_seeds: &[Hex],
     requests: &[Request],
 ) -> Result<Batch, String> {
-    let seeds: [Hex; PARTIES] = prf_seeds
-        .to_vec()
-        .try_into()
-        .map_err(|_| format!("prf_seeds: {} seeds, expected 3", prf_seeds.len()))?;
+    if threshold_a > 1 << 16 {
+        return Err(format!("threshold_a: {threshold_a}, above 2^16"));
+    }
+    let (database_id, people) = database;
+    let database = people
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            Ok(Entry {
+                serial_id: e.serial_id,
+                person: person_of(&e.left, &e.right, &format!("database people[{i}]"))?,
+                share_seed: share_seed(database_id, i)?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let enrolled: Vec<u64> = database.iter().map(|e| e.serial_id).collect();
+    let requests = requests
+        .iter()
+        .enumerate()
+        .map(|(j, r)| {
+            let what = format!("requests[{j}]");
+            let names_serial = !matches!(
+                r.request_type,
+                RequestKind::Uniqueness | RequestKind::UniquenessCheck
+            );
+            if names_serial != (r.serial_id != 0) {
+                return Err(format!(
+                    "{what}.serial_id: {} for a {:?} request (set exactly for deletion, \
+                     re-authentication and reset)",
+                    r.serial_id, r.request_type
+                ));
+            }
+            let compared = compared(r.request_type, r.serial_id, &enrolled);
+            let person = match (&r.left, &r.right) {
+                (Some(left), Some(right)) if compared => Some(person_of(left, right, &what)?),
+                (None, None) if !compared => None,
+                _ => {
+                    return Err(format!(
+                        "{what}.left, right: templates must be present exactly when the request \
+                         is compared with someone ({})",
+                        if compared { "it is" } else { "it is not" }
+                    ))
+                }
+            };
+            Ok(Query {
+                kind: r.request_type,
+                serial_id: r.serial_id,
+                or_policy: r.or_policy,
+                person,
+                share_seed: share_seed(batch_id, j)?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(Batch {
-        database: database
-            .iter()
-            .map(|e| {
-                Ok(Entry {
-                    serial_id: e.serial_id,
-                    person: person_of(&e.left, &e.right)?,
-                    share_seed: seed32(&e.share_seed, "share_seed")?,
-                })
-            })
-            .collect::<Result<_, String>>()?,
-        requests: requests
-            .iter()
-            .map(|r| {
-                Ok(Query {
-                    kind: r.request_type,
-                    serial_id: r.serial_id,
-                    or_policy: r.or_policy,
-                    person: person_of(&r.left, &r.right)?,
-                    share_seed: seed32(&r.share_seed, "share_seed")?,
-                })
-            })
-            .collect::<Result<_, String>>()?,
+        database,
+        requests,
         threshold_a,
         privacy_max,
-        prf_seeds: [
-            seed32(&seeds[0], "prf_seeds[0]")?,
-            seed32(&seeds[1], "prf_seeds[1]")?,
-            seed32(&seeds[2], "prf_seeds[2]")?,
-        ],
+        prf_seeds: prf_seeds(batch_id),
     })
+}
+
+/// Whether a request is compared with anyone, and so carries templates: uniqueness requests
+/// and checks always, a re-authentication if its serial id is `enrolled`.
+fn compared(kind: RequestKind, serial_id: u64, enrolled: &[u64]) -> bool {
+    match kind {
+        RequestKind::Uniqueness | RequestKind::UniquenessCheck => true,
+        RequestKind::Reauth => enrolled.contains(&serial_id),
+        RequestKind::Deletion | RequestKind::Reset => false,
+    }
 }
 
 /// Serial ids of the database: positive and increasing.
@@ -398,15 +442,49 @@ fn check_database(people: &[Enrolled]) -> Result<(), String> {
     Ok(())
 }
 
+/// The recorded comparisons against the reference's, naming the first value that differs.
+fn check_comparisons(got: &[Vec<Comparison>], recorded: &[Vec<Comparison>]) -> Result<(), String> {
+    expect_eq("comparisons: lists", &got.len(), &recorded.len())?;
+    for (j, (got, recorded)) in got.iter().zip(recorded).enumerate() {
+        expect_eq(
+            &format!("comparisons[{j}]: count"),
+            &got.len(),
+            &recorded.len(),
+        )?;
+        for (c, (g, r)) in got.iter().zip(recorded).enumerate() {
+            expect_eq(&format!("comparisons[{j}][{c}].with"), &g.with, &r.with)?;
+            for (eye, g, r) in [("left", &g.left, &r.left), ("right", &g.right, &r.right)] {
+                expect_eq(
+                    &format!("comparisons[{j}][{c}].{eye}: values"),
+                    &g.0.len(),
+                    &r.0.len(),
+                )?;
+                if let Some((i, (x, y))) =
+                    g.0.iter().zip(&r.0).enumerate().find(|(_, (x, y))| x != y)
+                {
+                    return Err(format!(
+                        "comparisons[{j}][{c}].{eye}: x at rotation {}: got {}, expected {}",
+                        i as i32 - 15,
+                        *x as i32,
+                        *y as i32
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 impl crate::Spec for Spec {
     type Case = Case;
     const FAMILY: Family = Family::Requests;
     const DESCRIPTION: &'static str = "Whole batches through the node's matching, run as the \
         three parties: a database of enrolled people (vector 1) and batches of requests of \
-        every type under both eye policies, with the outcome of each request. People are \
-        shared with the SDK from their seeds; the outcomes are semantic and equal the \
-        plaintext reference (2^16 cd > A md at some rotation, per eye, AND or OR over the \
-        eyes).";
+        every type under both eye policies, with the comparison values x = A md - 2^16 cd of \
+        each request at every rotation and the outcome of each request. People are shared \
+        with the SDK from seeds derived from the vector id; the outcomes are semantic and \
+        equal the plaintext reference (2^16 cd > A md at some rotation, per eye, AND or OR \
+        over the eyes).";
 
     fn generate(_sources: &Sources) -> Result<Vec<Vector<Case>>, String> {
         generate::vectors()
@@ -431,9 +509,8 @@ impl crate::Spec for Spec {
         match &vector.case {
             Case::Database { people } => {
                 check_database(people)?;
-                for p in people {
-                    person_of(&p.left, &p.right)?;
-                    seed32(&p.share_seed, "share_seed")?;
+                for (i, p) in people.iter().enumerate() {
+                    person_of(&p.left, &p.right, &format!("people[{i}]"))?;
                 }
                 Ok(())
             }
@@ -441,8 +518,8 @@ impl crate::Spec for Spec {
                 database,
                 threshold_a,
                 privacy_max,
-                prf_seeds,
                 requests,
+                comparisons,
                 outcomes,
             } => {
                 let Some(Case::Database { people }) =
@@ -451,13 +528,20 @@ impl crate::Spec for Spec {
                     return Err(format!("database {database} is not a database vector"));
                 };
                 check_database(people)?;
-                let batch = decode(people, *threshold_a, *privacy_max, prf_seeds, requests)?;
-                let (got, intra_batch) = evaluate_batch(&batch)?;
-                expect_eq("outcomes", &got, outcomes)?;
+                let batch = decode(
+                    (*database, people),
+                    vector.id,
+                    *threshold_a,
+                    *privacy_max,
+                    requests,
+                )?;
+                let plain = evaluate_batch(&batch)?;
+                check_comparisons(&plain.comparisons, comparisons)?;
+                expect_eq("outcomes", &plain.outcomes, outcomes)?;
                 expect_eq(
                     "intra_batch flag",
                     &vector.flags.contains(&Flag::IntraBatch),
-                    &intra_batch,
+                    &plain.intra_batch,
                 )
             }
         }

@@ -1,29 +1,30 @@
-"""`requests`: each request's outcome, by the matching rules of docs/conformance.md, in the clear.
+"""`requests`: each request's comparisons and outcome, by the matching rules of docs/conformance.md, in the clear.
 
-The outcomes do not depend on the share randomness or the PRF seeds, so this replays the rules
-on the plaintext templates: an eye matches when some rotation k in -15..=15 of the request's
-template has 2^16 cd > A md against the enrolled one.
+The outcomes do not depend on the share randomness or the PRF seeds (which the vectors derive
+from their ids rather than store), so this replays the rules on the plaintext templates: for
+each rotation k in -15..=15 of the request's template, x_k = A md_k - 2^16 cd_k against the
+other template, and an eye matches when some x_k < 0 (2^16 cd > A md).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ocelli_replay import iris
 from ocelli_replay.check import eq
 from ocelli_replay.envelope import REQUEST_TYPES
 from ocelli_replay.loader import Failure, Spec, Vector
-from ocelli_replay.schema import TEMPLATE, ListOf, LoadError, Tagged
+from ocelli_replay.schema import TEMPLATE, ListOf, LoadError, Opt, Tagged
 
-PERSON = {"serial_id": "u64", "left": TEMPLATE, "right": TEMPLATE, "share_seed": "hex"}
+PERSON = {"serial_id": "u64", "left": TEMPLATE, "right": TEMPLATE}
 REQUEST = {
     "request_type": "str",
     "serial_id": "u64",
     "or_policy": "bool",
-    "left": TEMPLATE,
-    "right": TEMPLATE,
-    "share_seed": "hex",
+    "left": Opt(TEMPLATE),
+    "right": Opt(TEMPLATE),
 }
+COMPARISON = {"with": Tagged(units=(), variants={"entry": "u64", "request": "usize"}), "left": "u32hex", "right": "u32hex"}
 OUTCOME = Tagged(
     units=("unique", "apply"),
     variants={"match": {"entries": ListOf("u64"), "earlier": ListOf("usize")}, "reauth": "bool"},
@@ -34,13 +35,14 @@ CASES = {
         "database": "u32",
         "threshold_a": "u32",
         "privacy_max": "bool",
-        "prf_seeds": ListOf("hex"),
         "requests": ListOf(REQUEST),
+        "comparisons": ListOf(ListOf(COMPARISON)),
         "outcomes": ListOf(OUTCOME),
     },
 }
 
 Eye = Tuple[int, int]
+Person = Tuple[Eye, Eye]
 
 
 def _as_int(bits: List[int]) -> int:
@@ -48,7 +50,17 @@ def _as_int(bits: List[int]) -> int:
 
 
 def eye(template: Dict[str, bytes], what: str) -> Eye:
-    return (_as_int(iris.unpack(template["code"], f"{what}.code")), _as_int(iris.unpack(template["mask"], f"{what}.mask")))
+    """Code and mask as integers (bit 0 most significant); code bits must be 0 where the mask is."""
+    code = _as_int(iris.unpack(template["code"], f"{what}.code"))
+    mask = _as_int(iris.unpack(template["mask"], f"{what}.mask"))
+    stray = code & ~mask
+    if stray:
+        raise Failure(f"{what}.code: bit {iris.CODE_BITS - stray.bit_length()} is 1 where the mask is 0 (must be 0)")
+    return code, mask
+
+
+def person(p: Dict[str, Any], what: str) -> Person:
+    return eye(p["left"], f"{what}.left"), eye(p["right"], f"{what}.right")
 
 
 ROW_MASK = (1 << iris.ROW_BITS) - 1
@@ -65,25 +77,20 @@ def rotate_int(bits: int, k: int) -> int:
     return out
 
 
-def rotations(template: Dict[str, bytes], what: str) -> List[Eye]:
-    code, mask = eye(template, what)
-    return [(rotate_int(code, k), rotate_int(mask, k)) for k in range(-iris.MAX_ROTATION, iris.MAX_ROTATION + 1)]
+def rotations(e: Eye) -> List[Eye]:
+    return [(rotate_int(e[0], k), rotate_int(e[1], k)) for k in range(-iris.MAX_ROTATION, iris.MAX_ROTATION + 1)]
 
 
-def eye_matches(query: List[Eye], entry: Eye, a: int) -> bool:
+def compare_eye(query: List[Eye], other: Eye, a: int) -> Tuple[List[int], bool]:
+    """x_k = A md_k - 2^16 cd_k per rotation (as u32), and whether some rotation has 2^16 cd > A md."""
+    xs, matches = [], False
     for qc, qm in query:
-        common = qm & entry[1]
+        common = qm & other[1]
         md = bin(common).count("1")
-        cd = md - 2 * bin((qc ^ entry[0]) & common).count("1")
-        if 65536 * cd > a * md:
-            return True
-    return False
-
-
-def person_matches(query: Tuple[List[Eye], List[Eye]], entry: Tuple[Eye, Eye], a: int, or_policy: bool) -> bool:
-    left = eye_matches(query[0], entry[0], a)
-    right = eye_matches(query[1], entry[1], a)
-    return (left or right) if or_policy else (left and right)
+        cd = md - 2 * bin((qc ^ other[0]) & common).count("1")
+        xs.append((a * md - 65536 * cd) & 0xFFFF_FFFF)
+        matches |= 65536 * cd > a * md
+    return xs, matches
 
 
 def check_file(vectors: List[Vector]) -> None:
@@ -94,50 +101,72 @@ def check_file(vectors: List[Vector]) -> None:
                 raise LoadError(f"vector {v.id}: database {d} is not a database vector of this file")
 
 
+def _outcome(kind: str, matched: List[Tuple[Tuple[str, int], bool, bool]], or_policy: bool, privacy_max: bool) -> Any:
+    hits = [w for w, left, right in matched if ((left or right) if or_policy else (left and right))]
+    if kind in ("uniqueness", "uniqueness_check"):
+        entries = [n for tag, n in hits if tag == "entry"]
+        earlier = [n for tag, n in hits if tag == "request"]
+        if not hits:
+            return ("unique", None)
+        if privacy_max:
+            return ("match", {"entries": [], "earlier": []})
+        return ("match", {"entries": entries, "earlier": earlier})
+    if kind == "reauth":
+        return ("reauth", bool(hits))
+    return ("apply", None)
+
+
 def verify(v: Vector, vectors: List[Vector]) -> None:
     c = v.case
     if v.kind == "database":
-        for i, person in enumerate(c["people"]):
-            eq(f"people[{i}].share_seed: bytes", len(person["share_seed"]), 32)
+        people = [person(p, f"people[{i}]") for i, p in enumerate(c["people"])]
         ids = [p["serial_id"] for p in c["people"]]
-        eq("people: serial ids increasing", ids == sorted(set(ids)), True)
+        eq("people: serial ids positive and increasing", bool(people) and ids == sorted(set(ids)) and ids[0] > 0, True)
         return
-    db = {p["serial_id"]: (eye(p["left"], "left"), eye(p["right"], "right")) for p in vectors[c["database"] - 1].case["people"]}
+    entries = [(p["serial_id"], person(p, f"database people[{i}]")) for i, p in enumerate(vectors[c["database"] - 1].case["people"])]
     a = c["threshold_a"]
-    eq("prf_seeds: count", len(c["prf_seeds"]), 3)
-    for i, seed in enumerate(c["prf_seeds"]):
-        eq(f"prf_seeds[{i}]: bytes", len(seed), 32)
-    for i, r in enumerate(c["requests"]):
-        eq(f"requests[{i}].share_seed: bytes", len(r["share_seed"]), 32)
+    if a > 65536:
+        raise Failure(f"threshold_a: {a}, above 2^16")
+    eq("comparisons: lists", len(c["comparisons"]), len(c["requests"]))
     eq("outcomes: count", len(c["outcomes"]), len(c["requests"]))
-    candidates: List[Tuple[int, Tuple[Eye, Eye]]] = []
+    queries: List[Optional[Person]] = []
+    intra_batch = False
     for i, r in enumerate(c["requests"]):
         kind = r["request_type"]
         if kind not in REQUEST_TYPES:
             raise Failure(f"requests[{i}].request_type: unknown type {kind!r}")
-        query = (rotations(r["left"], f"requests[{i}].left"), rotations(r["right"], f"requests[{i}].right"))
-        plain = (eye(r["left"], "left"), eye(r["right"], "right"))
-        got: Any
+        if (r["serial_id"] != 0) != (kind not in ("uniqueness", "uniqueness_check")):
+            raise Failure(f"requests[{i}].serial_id: {r['serial_id']} for a {kind} request (set exactly for deletion, reauth and reset)")
+        # Whom it is compared with: (tag, id) and the other person.
+        others: List[Tuple[Tuple[str, int], Person]] = []
         if kind in ("uniqueness", "uniqueness_check"):
-            entries = [s for s, e in sorted(db.items()) if person_matches(query, e, a, r["or_policy"])]
-            earlier = [j for j, e in candidates if person_matches(query, e, a, r["or_policy"])]
-            if not entries and not earlier:
-                got = ("unique", None)
-            elif c["privacy_max"]:
-                got = ("match", {"entries": [], "earlier": []})
-            else:
-                got = ("match", {"entries": entries, "earlier": earlier})
-            if kind == "uniqueness":
-                candidates.append((i, plain))
+            others = [(("entry", s), e) for s, e in entries]
+            others += [(("request", j), q) for j, q in enumerate(queries) if q is not None and c["requests"][j]["request_type"] == "uniqueness"]
         elif kind == "reauth":
-            entry = db.get(r["serial_id"])
-            got = ("reauth", entry is not None and person_matches(query, entry, a, r["or_policy"]))
-        else:
-            got = ("apply", None)
+            others = [(("entry", s), e) for s, e in entries if s == r["serial_id"]]
+        has_template = (r["left"] is not None, r["right"] is not None)
+        if has_template != (bool(others),) * 2:
+            raise Failure(f"requests[{i}].left, right: templates must be present exactly when the request is compared with someone")
+        plain = person(r, f"requests[{i}]") if others else None
+        queries.append(plain)
+        recorded = c["comparisons"][i]
+        eq(f"comparisons[{i}]: count", len(recorded), len(others))
+        matched = []
+        if plain is not None:
+            query = (rotations(plain[0]), rotations(plain[1]))
+            for n, (with_, other) in enumerate(others):
+                eq(f"comparisons[{i}][{n}].with", with_, recorded[n]["with"])
+                left, lm = compare_eye(query[0], other[0], a)
+                right, rm = compare_eye(query[1], other[1], a)
+                eq(f"comparisons[{i}][{n}].left", left, recorded[n]["left"])
+                eq(f"comparisons[{i}][{n}].right", right, recorded[n]["right"])
+                matched.append((with_, lm, rm))
+        got = _outcome(kind, matched, r["or_policy"], c["privacy_max"])
+        if r["or_policy"] and got == _outcome(kind, matched, False, c["privacy_max"]):
+            raise Failure(f"requests[{i}].or_policy: true, but the outcome is the same under the AND policy (must be false)")
         eq(f"outcomes[{i}] ({kind})", got, c["outcomes"][i])
-    if "intra_batch" in v.flags:
-        eq("intra_batch flag: some request matches an earlier one", any(
-            o[0] == "match" and o[1]["earlier"] for o in c["outcomes"]) or c["privacy_max"], True)
+        intra_batch |= any(w[0] == "request" and ((lm or rm) if r["or_policy"] else (lm and rm)) for w, lm, rm in matched)
+    eq("intra_batch flag: some request matches an earlier one", "intra_batch" in v.flags, intra_batch)
 
 
 SPEC = Spec("requests", CASES, verify, check_file)

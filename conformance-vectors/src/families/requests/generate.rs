@@ -8,10 +8,12 @@ use rand_core::RngCore;
 use ocelli_mpc::synthetic;
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts, DEFAULT_THRESHOLD};
 use sdk_orb::template::{IrisBits, IrisTemplate, TemplatePolicy};
-use sdk_orb::PARTIES;
 
-use super::{decode, evaluate_batch, Case, Enrolled, Outcome, Person, Request};
-use crate::common::{rng, seed, PackedTemplate};
+use super::plaintext::others;
+use super::{
+    compared, decode, evaluate_batch, Batch, Case, Enrolled, Outcome, Person, Request, With,
+};
+use crate::common::{self, rng, seed, PackedTemplate};
 use crate::envelope::RequestKind;
 use crate::format::{Flag, Hex, Vector};
 
@@ -269,12 +271,99 @@ fn plans(db: &[Person], people: &mut People, a: u32) -> Result<Vec<Plan>, String
     ])
 }
 
+/// `t` packed with its code bits cleared where the mask is 0, the one form the vectors hold.
+fn packed(t: &IrisTemplate) -> PackedTemplate {
+    let mut code = t.code().clone();
+    for i in 0..sdk_orb::CODE_BITS {
+        if !t.mask().get(i) {
+            code.set(i, false);
+        }
+    }
+    PackedTemplate {
+        code: Hex(common::packed(&code)),
+        mask: Hex(common::packed(t.mask())),
+    }
+}
+
+/// Bit positions of each eye that met a usable bit of another template at some rotation.
+type Covered = [Vec<u64>; 2];
+
+fn uncovered() -> Covered {
+    [
+        vec![0; sdk_orb::CODE_BITS / 64],
+        vec![0; sdk_orb::CODE_BITS / 64],
+    ]
+}
+
+/// Marks the positions of `a` (rotated by each `k`) and of `b` that meet a usable bit of the
+/// other.
+fn cover(a: &IrisTemplate, b: &IrisTemplate, covered_a: &mut [u64], covered_b: &mut [u64]) {
+    for k in sdk_orb::rotation::rotations() {
+        let (a_at_b, b_at_a) = (a.mask().rotated(k), b.mask().rotated(-k));
+        for w in 0..covered_a.len() {
+            covered_a[w] |= b_at_a.words()[w];
+            covered_b[w] |= a_at_b.words()[w];
+        }
+    }
+}
+
+/// Records which bit positions the comparisons of `batch` read, in `database` for the
+/// enrolled people, and checks that they read every position of every request that carries
+/// a template: there a usable code bit changes `cd` and a mask bit pair changes `md` at some
+/// recorded rotation, so a change of either changes a recorded comparison value.
+fn check_coverage(batch: &Batch, database: &mut [Covered]) -> Result<(), String> {
+    let mut requests: Vec<Covered> = batch.requests.iter().map(|_| uncovered()).collect();
+    for j in 0..batch.requests.len() {
+        let Some(query) = &batch.requests[j].person else {
+            continue;
+        };
+        for (with, other) in others(batch, j) {
+            let other = other.ok_or("a comparison with no template")?;
+            let (mut q, mut o) = (uncovered(), uncovered());
+            cover(&query.0, &other.0, &mut q[0], &mut o[0]);
+            cover(&query.1, &other.1, &mut q[1], &mut o[1]);
+            add(&mut requests[j], &q);
+            match with {
+                With::Entry(s) => {
+                    let row = batch.database.iter().position(|e| e.serial_id == s);
+                    add(&mut database[row.ok_or("a comparison with nobody")?], &o);
+                }
+                With::Request(k) => add(&mut requests[k], &o),
+            }
+        }
+    }
+    for (j, q) in batch.requests.iter().enumerate() {
+        if q.person.is_some() {
+            complete(&requests[j], &format!("requests[{j}]"))?;
+        }
+    }
+    Ok(())
+}
+
+fn add(covered: &mut Covered, more: &Covered) {
+    for (c, m) in covered.iter_mut().zip(more) {
+        for (c, m) in c.iter_mut().zip(m) {
+            *c |= m;
+        }
+    }
+}
+
+/// Every position of `eyes` is in `covered`.
+fn complete(covered: &Covered, what: &str) -> Result<(), String> {
+    match covered
+        .iter()
+        .position(|c| c.iter().any(|&w| w != u64::MAX))
+    {
+        Some(eye) => Err(format!("{what}: a bit of eye {eye} meets no usable bit")),
+        None => Ok(()),
+    }
+}
+
 fn enrolled(serial: u64, p: &Person) -> Enrolled {
     Enrolled {
         serial_id: serial,
-        left: PackedTemplate::of(&p.0),
-        right: PackedTemplate::of(&p.1),
-        share_seed: Hex(seed(&format!("requests/database/{serial}/shares")).to_vec()),
+        left: packed(&p.0),
+        right: packed(&p.1),
     }
 }
 
@@ -301,34 +390,33 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
             people: database.clone(),
         },
     )];
-    for plan in plans(&db, &mut people, a)? {
+    let mut covered: Vec<Covered> = db.iter().map(|_| uncovered()).collect();
+    for (plan, id) in plans(&db, &mut people, a)?.into_iter().zip(2u32..) {
         let requests: Vec<Request> = plan
             .requests
             .iter()
-            .enumerate()
-            .map(|(j, (kind, serial, or_policy, p))| Request {
-                request_type: *kind,
-                serial_id: *serial,
-                or_policy: *or_policy,
-                left: PackedTemplate::of(&p.0),
-                right: PackedTemplate::of(&p.1),
-                share_seed: Hex(seed(&format!("requests/{}/{j}/shares", plan.label)).to_vec()),
+            .map(|(kind, serial, or_policy, p)| {
+                let compared = compared(*kind, *serial, &SERIALS);
+                Request {
+                    request_type: *kind,
+                    serial_id: *serial,
+                    or_policy: *or_policy,
+                    left: compared.then(|| packed(&p.0)),
+                    right: compared.then(|| packed(&p.1)),
+                }
             })
             .collect();
-        let prf_seeds: Vec<Hex> = (0..PARTIES)
-            .map(|i| Hex(seed(&format!("requests/{}/prf/{i}", plan.label)).to_vec()))
-            .collect();
         // Everything below reads the vector's own fields, as the replay does.
-        let batch = decode(&database, a, plan.privacy_max, &prf_seeds, &requests)?;
-        let (outcomes, intra_batch) =
-            evaluate_batch(&batch).map_err(|e| format!("{}: {e}", plan.label))?;
-        if outcomes != plan.intended {
+        let batch = decode((1, &database), id, a, plan.privacy_max, &requests)?;
+        let plain = evaluate_batch(&batch).map_err(|e| format!("{}: {e}", plan.label))?;
+        check_coverage(&batch, &mut covered).map_err(|e| format!("{}: {e}", plan.label))?;
+        if plain.outcomes != plan.intended {
             return Err(format!(
-                "{}: the batch does not do what it is built for: {outcomes:?}",
-                plan.label
+                "{}: the batch does not do what it is built for: {:?}",
+                plan.label, plain.outcomes
             ));
         }
-        if intra_batch != plan.flags.contains(&Flag::IntraBatch) {
+        if plain.intra_batch != plan.flags.contains(&Flag::IntraBatch) {
             return Err(format!("{}: intra_batch flag", plan.label));
         }
         out.push((
@@ -338,11 +426,14 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
                 database: 1,
                 threshold_a: a,
                 privacy_max: plan.privacy_max,
-                prf_seeds,
                 requests,
-                outcomes,
+                comparisons: plain.comparisons,
+                outcomes: plain.outcomes,
             },
         ));
+    }
+    for (i, c) in covered.iter().enumerate() {
+        complete(c, &format!("people[{i}]"))?;
     }
     Ok(Vector::numbered(out))
 }
