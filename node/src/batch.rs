@@ -202,6 +202,10 @@ pub struct EvalContext<'a> {
 pub trait BatchEvaluator: Send + Sync + std::fmt::Debug + 'static {
     /// A short name for logs.
     fn name(&self) -> &'static str;
+    /// The CPU engine's tile and chunk, where the evaluator runs one.
+    fn cpu_tuning(&self) -> Option<ocelli_cpu::Tuning> {
+        None
+    }
     /// Called once the share database is loaded, before the first batch.
     ///
     /// # Errors

@@ -351,6 +351,10 @@ pub struct MatchingConfig {
     pub gpu_devices: Vec<usize>,
     /// Threads of the CPU engine; 0 = one per core.
     pub threads: usize,
+    /// Measure the CPU engine's tile shapes and chunk lengths on this core at start and run
+    /// the fastest (kept per CPU model in `cpu-tuning.toml` in `data_dir`, so only the first
+    /// start measures); false, or `OCELLI_CPU_TUNING=off`, runs the defaults.
+    pub cpu_tuning: bool,
     /// How long to wait for a peer's message within a protocol round, ms.
     pub round_timeout_ms: u64,
     /// Mirror-attack detection: also match each uniqueness request's and check's mirrored
@@ -372,6 +376,7 @@ impl Default for MatchingConfig {
             engine: EngineKind::Cpu,
             gpu_devices: vec![0],
             threads: 0,
+            cpu_tuning: true,
             round_timeout_ms: 120_000,
             mirror_detection: true,
             lookback: 0,

@@ -90,6 +90,42 @@ pub fn cpu(
     }
 }
 
+/// The tile and chunk the CPU engine of `config` runs with the fastest kernel here: kept in
+/// the data directory for this CPU model, measured now where none is kept, or the defaults
+/// where tuning is off ([`ocelli_cpu::tune`]). Logs the choice on one line.
+///
+/// # Errors
+/// The tuner's thread cannot start.
+pub fn cpu_tuning(config: &NodeConfig) -> Result<ocelli_cpu::Tuning, ocelli_cpu::CpuError> {
+    use ocelli_cpu::tune::{self, Source};
+    let kernel = ocelli_cpu::Kernel::detect();
+    let (tuning, source, seconds) = if config.matching.cpu_tuning && !tune::skipped_by_env() {
+        let path = config.data_dir.join(tune::FILE_NAME);
+        match tune::cached_or_tuned(&path, kernel, tune::BUDGET)? {
+            (tuning, Source::Kept) => (tuning, "kept", 0.0),
+            (tuning, Source::Measured { report, saved }) => {
+                if let Err(e) = saved {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot keep the CPU tuning; the next start measures again");
+                }
+                (tuning, "measured", report.seconds)
+            }
+        }
+    } else {
+        (ocelli_cpu::Tuning::default_for(kernel), "default", 0.0)
+    };
+    let (p, d) = tuning.tile.shape();
+    tracing::info!(
+        kernel = kernel.name(),
+        p,
+        d,
+        chunk = tuning.chunk,
+        source,
+        seconds,
+        "CPU engine tile"
+    );
+    Ok(tuning)
+}
+
 /// The matching evaluator of `config` on its configured backend: the one place a node
 /// chooses its backend; everything downstream is generic over [`Backend`].
 ///
@@ -99,8 +135,11 @@ fn mpc_evaluator(config: &NodeConfig) -> Result<Arc<dyn BatchEvaluator>, SetupEr
     let m = &config.matching;
     match m.engine {
         crate::config::EngineKind::Cpu => {
-            let backend = cpu(None, m.threads).map_err(BuildError::from)?;
-            Ok(Arc::new(MpcEvaluator::new(config, backend)))
+            let tuning = cpu_tuning(config).map_err(BuildError::from)?;
+            let backend = tuning.engine(m.threads).map_err(BuildError::from)?;
+            Ok(Arc::new(
+                MpcEvaluator::new(config, backend).with_cpu_tuning(tuning),
+            ))
         }
         #[cfg(feature = "gpu")]
         crate::config::EngineKind::Gpu => {
@@ -117,6 +156,7 @@ fn mpc_evaluator(config: &NodeConfig) -> Result<Arc<dyn BatchEvaluator>, SetupEr
 pub struct MpcEvaluator<B> {
     party: PartyId,
     engine: B,
+    cpu_tuning: Option<ocelli_cpu::Tuning>,
     pipeline: PipelineConfig,
     rules: MatchRules,
     round_timeout: Duration,
@@ -146,6 +186,7 @@ impl<B: Backend> MpcEvaluator<B> {
         Self {
             party: config.party_id,
             engine,
+            cpu_tuning: None,
             pipeline,
             rules: MatchRules {
                 mirror: m.mirror_detection,
@@ -154,6 +195,13 @@ impl<B: Backend> MpcEvaluator<B> {
             round_timeout: Duration::from_millis(m.round_timeout_ms),
             scratch: ScratchPool::default(),
         }
+    }
+
+    /// Names the CPU engine's tuning, for the node's metrics ([`BatchEvaluator::cpu_tuning`]).
+    #[must_use]
+    pub fn with_cpu_tuning(mut self, tuning: ocelli_cpu::Tuning) -> Self {
+        self.cpu_tuning = Some(tuning);
+        self
     }
 
     /// Refuses the requests whose shares do not encode iris templates (docs/threat-model.md):
@@ -307,6 +355,10 @@ fn send(link: &MpcLink, peer: PartyId, message: Vec<u8>) -> Result<(), EvalError
 impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
     fn name(&self) -> &'static str {
         "mpc"
+    }
+
+    fn cpu_tuning(&self) -> Option<ocelli_cpu::Tuning> {
+        self.cpu_tuning
     }
 
     fn prepare(&self, db: &ShareDb) -> Result<(), EvalError> {

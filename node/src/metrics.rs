@@ -62,6 +62,9 @@ pub struct Metrics {
     pub peer_up: IntGaugeVec,
     /// `ocelli_batches_aborted_total{cause}`: coordinator rounds that failed, by cause.
     pub batches_aborted: IntCounterVec,
+    /// `ocelli_cpu_engine_info{kernel,p,d,chunk}`: 1 for the CPU engine's kernel, tile shape
+    /// and chunk length (none off the CPU engine).
+    pub cpu_engine: IntGaugeVec,
     /// Every metric family name this registry exports (with the `ocelli_` prefix).
     names: Vec<String>,
 }
@@ -187,6 +190,15 @@ impl Metrics {
         for cause in ABORT_CAUSES {
             batches_aborted.with_label_values(&[cause]);
         }
+        let cpu_engine = IntGaugeVec::new(
+            Opts::new(
+                "cpu_engine_info",
+                "1 for the CPU engine's kernel, tile shape (p query by d database rows) and chunk",
+            ),
+            &["kernel", "p", "d", "chunk"],
+        )
+        .expect("static metric");
+        register(Box::new(cpu_engine.clone()));
         Self {
             registry,
             intake,
@@ -210,6 +222,7 @@ impl Metrics {
             since_commit,
             peer_up,
             batches_aborted,
+            cpu_engine,
             names: names.into_inner(),
         }
     }
@@ -228,6 +241,19 @@ impl Metrics {
             self.peer_errors.with_label_values(&[&p]);
             self.key_agreement_failures.with_label_values(&[&p]);
         }
+    }
+
+    /// Exports the CPU engine's kernel, tile shape and chunk length.
+    pub fn cpu_tuning(&self, tuning: ocelli_cpu::Tuning) {
+        let (p, d) = tuning.tile.shape();
+        let labels = [
+            tuning.tile.kernel().name(),
+            &p.to_string(),
+            &d.to_string(),
+            &tuning.chunk.to_string(),
+        ];
+        self.cpu_engine.reset();
+        self.cpu_engine.with_label_values(&labels).set(1);
     }
 
     /// Counts a failed coordinator round by `cause` (one of [`ABORT_CAUSES`]).
@@ -269,5 +295,34 @@ impl Metrics {
     /// Current value of `ocelli_intake_total{status}`.
     pub fn intake_count(&self, status: &str) -> u64 {
         self.intake.with_label_values(&[status]).get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_engine_info_names_the_kernel_tile_and_chunk_in_use() {
+        let metrics = Metrics::new(sdk_orb::PartyId::ALL[1]);
+        let scalar = ocelli_cpu::Tuning::default_for(ocelli_cpu::Kernel::Scalar);
+        metrics.cpu_tuning(ocelli_cpu::Tuning {
+            chunk: 4096,
+            ..scalar
+        });
+        metrics.cpu_tuning(scalar);
+        let text = metrics.render();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("ocelli_cpu_engine_info{"))
+            .collect();
+        assert_eq!(
+            series,
+            [r#"ocelli_cpu_engine_info{chunk="2048",d="4",kernel="scalar",p="8",party="1"} 1"#]
+        );
+        assert!(metrics
+            .names()
+            .iter()
+            .any(|n| n == "ocelli_cpu_engine_info"));
     }
 }

@@ -172,6 +172,9 @@ impl NodeState {
         }
         let metrics = Metrics::new(party);
         metrics.init_peers(config.peers.iter().map(|p| p.party_id));
+        if let Some(tuning) = evaluator.cpu_tuning() {
+            metrics.cpu_tuning(tuning);
+        }
         let health = crate::node::health::Health::new(config.peers.iter().map(|p| p.party_id));
 
         let shares = load_shares(store.as_ref(), &metrics)?;

@@ -21,6 +21,14 @@ fn fast_batches(t: &mut toml::Table) {
     if let Some(toml::Value::Table(b)) = t.get_mut("batch") {
         b.insert("interval_ms".into(), 20.into());
     }
+    untuned(t);
+}
+
+/// The CPU engine's defaults: tuning would add its measurement to every node start here.
+fn untuned(t: &mut toml::Table) {
+    if let Some(toml::Value::Table(m)) = t.get_mut("matching") {
+        m.insert("cpu_tuning".into(), false.into());
+    }
 }
 
 fn privacy_max(t: &mut toml::Table) {
@@ -274,6 +282,7 @@ async fn a_result_outlives_the_streams_that_waited_for_it() -> Res {
         if let Some(toml::Value::Table(b)) = t.get_mut("batch") {
             b.insert("interval_ms".into(), 3_600_000.into());
         }
+        untuned(t);
     };
     let (deployment, listeners) = Deployment::open_or_create(dir.path(), &no_batches).await?;
     let cluster = LocalCluster::start(&deployment, listeners).await?;

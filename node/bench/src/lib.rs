@@ -44,7 +44,7 @@ pub enum BenchError {
     Gpu(#[from] ocelli_gpu::GpuError),
 }
 
-use ocelli_cpu::{mac_peak, CpuEngine, Kernel, MacPeak};
+use ocelli_cpu::{mac_peak, CpuEngine, Kernel, MacPeak, Tuning};
 use ocelli_mpc::backend::Backend;
 use ocelli_mpc::compare::{match_bits, or_blocks};
 use ocelli_mpc::db::{Eye, MatchDb, Part};
@@ -64,6 +64,9 @@ pub struct BenchConfig {
     pub queries: usize,
     /// The dot-product kernel measured.
     pub kernel: Kernel,
+    /// Tune the kernel's tile shape and chunk first ([`ocelli_cpu::tune`]), as a node does at
+    /// start; off, the defaults.
+    pub tune: bool,
 }
 
 impl Default for BenchConfig {
@@ -72,8 +75,22 @@ impl Default for BenchConfig {
             db_entries: 2048,
             kernel: Kernel::detect(),
             queries: 4,
+            tune: true,
         }
     }
+}
+
+/// One candidate of the tuning.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TuningCandidate {
+    /// Query rows of the tile.
+    pub p: usize,
+    /// Database rows of the tile.
+    pub d: usize,
+    /// Coefficients per chunk.
+    pub chunk: usize,
+    /// Best seconds of one core for the tuner's workload.
+    pub seconds: f64,
 }
 
 /// The figures, rates in comparisons per second.
@@ -98,6 +115,17 @@ pub struct BenchReport {
     pub dot_rotations_mac_fraction: Option<f64>,
     /// Coefficients per chunk of the engine's loop nest.
     pub dot_chunk: usize,
+    /// Query rows of the engine's tile (its `P`).
+    pub dot_tile_p: usize,
+    /// Database rows of the engine's tile (its `D`).
+    pub dot_tile_d: usize,
+    /// Whether the tile and chunk were tuned on this core (false: the defaults).
+    pub dot_tuned: bool,
+    /// Wall seconds the tuning took, where it ran.
+    pub tuning_seconds: Option<f64>,
+    /// Every candidate the tuning timed: its shape, chunk and best seconds of one core for
+    /// the tuner's workload.
+    pub tuning_candidates: Vec<TuningCandidate>,
     /// Comparison phase (split, lift, MSB, OR over rotations), per party-core (the best of
     /// three runs).
     pub compare_per_party_core: f64,
@@ -167,8 +195,11 @@ impl std::fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "  dot-product phase   {:>12} per party-core (chunks of {})",
+            "  dot-product phase   {:>12} per party-core ({}x{} tile{}, chunks of {})",
             m(self.dot_per_party_core),
+            self.dot_tile_p,
+            self.dot_tile_d,
+            if self.dot_tuned { ", tuned" } else { "" },
             self.dot_chunk
         )?;
         writeln!(
@@ -363,8 +394,16 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let accumulate = ocelli_cpu::peak::accumulate_peak(kernel, peak);
     let clock = peak.map_or_else(ocelli_cpu::peak::clock_hz, |p| p.clock_hz);
 
+    let tuned = config.tune.then(|| {
+        progress("tuning the tile shape and chunk");
+        ocelli_cpu::tune::tune(kernel, ocelli_cpu::tune::BUDGET).expect("one tuning thread starts")
+    });
+    let tuning = tuned
+        .as_ref()
+        .map_or_else(|| Tuning::default_for(kernel), |t| t.choice);
+
     progress("dot-product phase");
-    let engine = CpuEngine::with(kernel, 1).expect("one bench thread starts");
+    let engine = tuning.engine(1).expect("one bench thread starts");
     let engine_chunk = engine.chunk();
     let queries_code = random_u16(&mut rng, rows * CODE_COEFS);
     let queries_mask = random_u16(&mut rng, rows * MASK_COEFS);
@@ -434,7 +473,7 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         .map(|(l, r)| synthetic::share_person(&mut rng, l, r))
         .collect();
     let engines: Vec<CpuEngine> = (0..3)
-        .map(|_| CpuEngine::with(kernel, 1).expect("one bench thread starts"))
+        .map(|_| tuning.engine(1).expect("one bench thread starts"))
         .collect();
     let pipeline_config = PipelineConfig::with_threshold(DEFAULT_THRESHOLD);
     let dbs: Vec<MatchDb> = (0..3)
@@ -512,6 +551,21 @@ pub fn run(config: BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
         dot_rotations_macs_per_comparison: rotations_macs,
         dot_rotations_mac_fraction: of(peak, rotations_macs_per_second),
         dot_chunk: engine_chunk,
+        dot_tile_p: tuning.tile.shape().0,
+        dot_tile_d: tuning.tile.shape().1,
+        dot_tuned: tuned.is_some(),
+        tuning_seconds: tuned.as_ref().map(|t| t.seconds),
+        tuning_candidates: tuned.map_or_else(Vec::new, |t| {
+            t.candidates
+                .into_iter()
+                .map(|(c, seconds)| TuningCandidate {
+                    p: c.tile.shape().0,
+                    d: c.tile.shape().1,
+                    chunk: c.chunk,
+                    seconds,
+                })
+                .collect()
+        }),
         compare_per_party_core: compare_rate,
         pipeline_per_party_core: pipeline_rate,
         plaintext_per_core: plain_rate,

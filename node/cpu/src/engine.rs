@@ -14,10 +14,8 @@ use rayon::prelude::*;
 use zeroize::Zeroizing;
 
 use crate::correlate::{self, leaf_len, DIRECT_COUPLE, DIRECT_LEAVES, LEAF_LAGS, LEAVES};
-use crate::kernels::{
-    prefetch, tile_avx2, tile_avx512_vnni, tile_scalar, Acc, Avx2, Avx512Vnni, AVX2_D, AVX2_P,
-    CONTIGUOUS, SCALAR_D, SCALAR_P, VNNI_D, VNNI_P,
-};
+use crate::kernels::{prefetch, Acc, Avx2, Avx512Vnni, CONTIGUOUS};
+use crate::tile::{dispatch, Tile};
 use crate::CpuError;
 use ocelli_mpc::backend::{expand_rotations, Backend};
 use ocelli_mpc::network::Transport;
@@ -104,44 +102,6 @@ impl Kernel {
             Kernel::Scalar => "scalar",
         }
     }
-
-    /// Query rows per panel of this kernel's tiles: the layout [`interleave`] makes.
-    fn panel_rows(self) -> usize {
-        match self {
-            Kernel::Avx512Vnni(_) => VNNI_P,
-            Kernel::Avx2(_) => AVX2_P,
-            Kernel::Scalar => SCALAR_P,
-        }
-    }
-
-    /// `panels` (`nq` query rows interleaved by [`interleave`] for this kernel) x `db` into
-    /// `out`, as [`Backend::dot`], in chunks of `chunk`, on the current rayon pool.
-    fn run(self, chunk: usize, panels: &[u16], nq: usize, db: &[u16], len: usize, out: &mut [u16]) {
-        match self {
-            Kernel::Avx512Vnni(cpu) => tiled::<VNNI_P, VNNI_D>(
-                chunk,
-                |q, d, stride, acc| tile_avx512_vnni(cpu, q, d, stride, CONTIGUOUS, acc),
-                (panels, nq),
-                db,
-                len,
-                out,
-            ),
-            Kernel::Avx2(cpu) => tiled::<AVX2_P, AVX2_D>(
-                chunk,
-                |q, d, stride, acc| tile_avx2(cpu, q, d, stride, acc),
-                (panels, nq),
-                db,
-                len,
-                out,
-            ),
-            Kernel::Scalar => {
-                let tile = |q: &[u16], d: &[u16], stride, acc: &mut _| {
-                    tile_scalar(q, d, stride, CONTIGUOUS, acc)
-                };
-                tiled::<SCALAR_P, SCALAR_D>(chunk, tile, (panels, nq), db, len, out)
-            }
-        }
-    }
 }
 
 /// The `len`-long rows of `q` in panels of `p` rows, the last padded with zero rows. Panel
@@ -166,6 +126,13 @@ pub(crate) fn interleave(q: &[u16], len: usize, p: usize, pool: &ScratchPool) ->
             }
         });
     out
+}
+
+/// A tile function of the loop nests that reads database rows contiguous.
+fn contiguous<const P: usize, const D: usize>(
+    tile: impl Fn(&[u16], &[u16], usize, usize, &mut Acc<P, D>) + Sync,
+) -> impl Fn(&[u16], &[u16], usize, &mut Acc<P, D>) + Sync {
+    move |q, d, stride, acc| tile(q, d, stride, CONTIGUOUS, acc)
 }
 
 /// The loop nest around a `P` x `D` tile: slabs of query panels, each against the whole
@@ -312,8 +279,7 @@ fn correlated<const P: usize, const D: usize>(
     let slab_panels = (SLAB_LEAF_ROWS / P).clamp(1, n_panels);
     let slab_rows = slab_panels * P;
     // Whole bases per slab: panels hold a multiple of eight leaf rows.
-    const _: () = assert!(VNNI_P.is_multiple_of(LEAF_LAGS) && AVX2_P.is_multiple_of(LEAF_LAGS));
-    const _: () = assert!(SCALAR_P.is_multiple_of(LEAF_LAGS));
+    const { assert!(P.is_multiple_of(LEAF_LAGS)) };
     // A leaf chunk comes from a run four times as long of each row: the engine's chunk, in
     // whole steps of the AVX2 leaf transform.
     let leaf_chunk = (chunk / 4 / 16 * 16).clamp(16, n);
@@ -462,7 +428,7 @@ fn rotations_from_leaves<const P: usize, const D: usize>(
 /// The CPU dot-product engine.
 #[derive(Debug)]
 pub struct CpuEngine {
-    kernel: Kernel,
+    tile: Tile,
     chunk: usize,
     pool: Option<rayon::ThreadPool>,
 }
@@ -471,7 +437,7 @@ impl CpuEngine {
     /// The fastest supported kernel on rayon's global pool.
     pub fn new() -> CpuEngine {
         CpuEngine {
-            kernel: Kernel::detect(),
+            tile: Tile::default_for(Kernel::detect()),
             chunk: CHUNK,
             pool: None,
         }
@@ -491,21 +457,44 @@ impl CpuEngine {
     /// # Errors
     /// The thread pool cannot be started.
     pub fn with_chunk(kernel: Kernel, threads: usize, chunk: usize) -> Result<CpuEngine, CpuError> {
+        CpuEngine::with_tile(Tile::default_for(kernel), threads, chunk)
+    }
+
+    /// A given tile shape and chunk length (even, at least 2), as the tuner picks them
+    /// ([`crate::tune`]), on a dedicated pool of `threads` threads.
+    ///
+    /// # Errors
+    /// The thread pool cannot be started.
+    pub fn with_tile(tile: Tile, threads: usize, chunk: usize) -> Result<CpuEngine, CpuError> {
         let threads = threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .map_err(|_| CpuError::Threads(threads))?;
         Ok(CpuEngine {
-            kernel,
+            tile,
             chunk: chunk.max(2) & !1,
             pool: Some(pool),
         })
     }
 
+    /// The same tile and chunk on the current rayon pool: what the tuner times on one thread.
+    pub(crate) fn on_current_pool(tile: Tile, chunk: usize) -> CpuEngine {
+        CpuEngine {
+            tile,
+            chunk: chunk.max(2) & !1,
+            pool: None,
+        }
+    }
+
     /// The kernel in use.
     pub fn kernel(&self) -> Kernel {
-        self.kernel
+        self.tile.kernel()
+    }
+
+    /// The tile shape in use.
+    pub fn tile(&self) -> Tile {
+        self.tile
     }
 
     /// The chunk length in use, in coefficients.
@@ -532,14 +521,20 @@ impl CpuEngine {
         if out.is_empty() {
             return;
         }
-        self.install(|| self.kernel.run(self.chunk, panels, nq, db, len, out));
+        let chunk = self.chunk;
+        macro_rules! go {
+            ($p:literal, $d:literal, $tile:expr, $in_place:expr) => {
+                tiled::<$p, $d>(chunk, contiguous($tile), (panels, nq), db, len, out)
+            };
+        }
+        self.install(|| dispatch!(self.tile, go));
     }
 
     /// Multiply-adds for the rotations of `bases` queries of length `len` against one
     /// database row, each layout counted in whole panels of this kernel: the rotations as
     /// rows, and the correlation leaves where the length splits into them.
     fn rotation_costs(&self, bases: usize, len: usize) -> (usize, Option<usize>) {
-        let p = self.kernel.panel_rows();
+        let p = self.tile.panel_rows();
         let rows = (bases * ROTATION_COUNT).div_ceil(p) * p * len;
         let fits = len.is_multiple_of(CHUNK_COEFS) && leaf_len(len).is_multiple_of(64);
         let leaves = LEAVES * (bases * LEAF_LAGS).div_ceil(p) * p * leaf_len(len);
@@ -575,42 +570,13 @@ impl CpuEngine {
             return;
         }
         let queries = (panels, bases, used);
-        self.install(|| match self.kernel {
-            Kernel::Avx512Vnni(cpu) => correlated::<VNNI_P, VNNI_D>(
-                self.chunk,
-                (
-                    |q, d, stride, couple, acc| tile_avx512_vnni(cpu, q, d, stride, couple, acc),
-                    true,
-                ),
-                queries,
-                db,
-                len,
-                out,
-            ),
-            Kernel::Avx2(cpu) => correlated::<AVX2_P, AVX2_D>(
-                self.chunk,
-                // Copies only: see `tile_avx2`.
-                (
-                    |q, d, stride, couple, acc| {
-                        debug_assert_eq!(couple, CONTIGUOUS);
-                        tile_avx2(cpu, q, d, stride, acc)
-                    },
-                    false,
-                ),
-                queries,
-                db,
-                len,
-                out,
-            ),
-            Kernel::Scalar => correlated::<SCALAR_P, SCALAR_D>(
-                self.chunk,
-                (tile_scalar, true),
-                queries,
-                db,
-                len,
-                out,
-            ),
-        });
+        let chunk = self.chunk;
+        macro_rules! go {
+            ($p:literal, $d:literal, $tile:expr, $in_place:expr) => {
+                correlated::<$p, $d>(chunk, ($tile, $in_place), queries, db, len, out)
+            };
+        }
+        self.install(|| dispatch!(self.tile, go));
     }
 }
 
@@ -656,7 +622,7 @@ impl Backend for CpuEngine {
     }
 
     fn name(&self) -> String {
-        format!("cpu-{}", self.kernel.name())
+        format!("cpu-{}", self.tile.kernel().name())
     }
 
     fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
@@ -671,7 +637,7 @@ impl Backend for CpuEngine {
             assert!(out.is_empty());
             return;
         }
-        let p = self.kernel.panel_rows();
+        let p = self.tile.panel_rows();
         let nd = db.len() / len;
         if nd >= nq {
             // Queries given as rows are laid out for this call alone: nothing to keep.
@@ -695,7 +661,7 @@ impl Backend for CpuEngine {
 
     fn prepare_queries(&self, queries: ScratchVec, len: usize) -> CpuQueries {
         let rows = queries.len() / len;
-        let panel = self.kernel.panel_rows();
+        let panel = self.tile.panel_rows();
         CpuQueries {
             rows,
             layout: Layout::Panels(panel),
@@ -708,7 +674,7 @@ impl Backend for CpuEngine {
         if !self.correlation_pays(bases, len) {
             return self.prepare_queries(expand_rotations(&queries, len, queries.pool()), len);
         }
-        let p = self.kernel.panel_rows();
+        let p = self.tile.panel_rows();
         let n = leaf_len(len);
         let leaf_rows = bases * LEAF_LAGS;
         let stride = leaf_rows.div_ceil(p) * p * n;

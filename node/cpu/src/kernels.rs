@@ -14,6 +14,8 @@
 //! coefficients, wider where a tile reads every fourth element of a row in place (the
 //! correlation leaves that are a row's own elements, [`crate::correlate`]).
 
+pub mod generic;
+
 /// Proof that this CPU runs AVX-512 F, BW and VNNI. Only [`Avx512Vnni::detect`] makes one, so
 /// a kernel that takes it can run those instructions safely.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +47,57 @@ impl Avx2 {
             return Some(Avx2(()));
         }
         None
+    }
+}
+
+/// The CPU model as `cpuid` names it: what a tuning result is kept for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuModel {
+    /// Vendor string (`GenuineIntel`, `AuthenticAMD`); empty off x86_64.
+    pub vendor: String,
+    /// Family, with the extended family added.
+    pub family: u32,
+    /// Model, with the extended model in its high bits.
+    pub model: u32,
+}
+
+impl CpuModel {
+    /// This CPU's model.
+    pub fn detect() -> CpuModel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use core::arch::x86_64::__cpuid;
+            let id = __cpuid(0);
+            let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx]
+                .iter()
+                .flat_map(|r| r.to_le_bytes())
+                .collect();
+            let eax = __cpuid(1).eax;
+            let (base_family, base_model) = ((eax >> 8) & 0xf, (eax >> 4) & 0xf);
+            let family = base_family
+                + if base_family == 0xf {
+                    (eax >> 20) & 0xff
+                } else {
+                    0
+                };
+            let model = base_model
+                | if base_family == 0x6 || base_family == 0xf {
+                    ((eax >> 16) & 0xf) << 4
+                } else {
+                    0
+                };
+            CpuModel {
+                vendor: String::from_utf8_lossy(&vendor).into_owned(),
+                family,
+                model,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        CpuModel {
+            vendor: String::new(),
+            family: 0,
+            model: 0,
+        }
     }
 }
 
@@ -679,6 +732,27 @@ mod tests {
                 |q, d, s, _, acc| tile_avx2(cpu, q, d, s, acc),
                 &[CONTIGUOUS],
             );
+        }
+    }
+
+    /// Every tile shape the tuner tries ([`crate::Tile::candidates`]), hand-placed or
+    /// generic, in every couple width it takes.
+    #[test]
+    fn every_candidate_tile_adds_the_dot_products_of_its_rows() {
+        for kernel in crate::Kernel::all_supported() {
+            for tile in crate::Tile::candidates(kernel) {
+                macro_rules! go {
+                    ($p:literal, $d:literal, $tile:expr, $in_place:expr) => {{
+                        let couples: &[usize] = if $in_place {
+                            &[CONTIGUOUS, crate::correlate::DIRECT_COUPLE]
+                        } else {
+                            &[CONTIGUOUS]
+                        };
+                        check::<$p, $d>($tile, couples)
+                    }};
+                }
+                crate::tile::dispatch!(tile, go);
+            }
         }
     }
 }

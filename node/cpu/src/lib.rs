@@ -15,9 +15,13 @@ pub mod kernels;
 pub mod parity;
 #[allow(unsafe_code)]
 pub mod peak;
+pub mod tile;
+pub mod tune;
 
 pub use engine::{CpuEngine, Kernel};
 pub use peak::{mac_peak, MacPeak};
+pub use tile::Tile;
+pub use tune::Tuning;
 
 /// Why the CPU engine cannot be built.
 #[derive(Debug, thiserror::Error)]

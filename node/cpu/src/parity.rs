@@ -149,6 +149,21 @@ fn every_cpu_kernel_matches_the_reference() {
     }
 }
 
+/// Every tile shape the tuner may pick, each with one of the chunk lengths it tries (so every
+/// shape and every chunk runs), agrees with the reference bit for bit.
+#[test]
+fn every_tuning_candidate_matches_the_reference() {
+    use crate::tune::CHUNKS;
+    for kernel in crate::Kernel::all_supported() {
+        for (i, tile) in crate::Tile::candidates(kernel).into_iter().enumerate() {
+            let chunk = CHUNKS[i % CHUNKS.len()];
+            let engine = crate::CpuEngine::with_tile(tile, 2, chunk).expect("supported");
+            assert_eq!(engine.tile(), tile);
+            check_engine(&engine);
+        }
+    }
+}
+
 /// What the three parties open for a fixed batch (re-captures of enrolled people, strangers,
 /// one-eye matches under both policies, an intra-batch duplicate, a single-entry target) run
 /// through the whole pipeline on `engines`, one per party. Engines must agree bit for bit.

@@ -455,6 +455,7 @@ fn main() -> ExitCode {
                         db_entries: db.unwrap_or(2048),
                         queries: queries.unwrap_or(4),
                         kernel: kernel.unwrap_or_else(ocelli_cpu::Kernel::detect),
+                        tune: !ocelli_cpu::tune::skipped_by_env(),
                     };
                     print_report(&ocelli_bench::run(config, progress), json).map_err(Into::into)
                 }

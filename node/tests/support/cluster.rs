@@ -94,6 +94,8 @@ pub fn configs_for(
             c.store.pool_size = 2;
         }
         c.batch.interval_ms = 20;
+        // The engine's defaults: tuning would add its measurement to every node start here.
+        c.matching.cpu_tuning = false;
         c.batch.request_timeout_ms = 3_000;
         c.batch.peer_rpc_timeout_ms = 2_000;
         // Readiness follows the peers within a fraction of a second.

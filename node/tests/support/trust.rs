@@ -384,6 +384,7 @@ impl NodeProcesses {
             t.insert("batch".into(), batch.into());
             let mut matching = toml::Table::new();
             matching.insert("round_timeout_ms".into(), 10_000.into());
+            matching.insert("cpu_tuning".into(), false.into());
             t.insert("matching".into(), matching.into());
         };
         let (deployment, listeners) =
