@@ -5,7 +5,6 @@ pub mod health;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Instant;
 
 use sdk_orb::PartyId;
 use shared_proto::v1::SignedResult;
@@ -329,39 +328,11 @@ impl NodeState {
     }
 }
 
-/// Loads every enrolled entry into memory with a progress bar (on a
-/// terminal) and logs the load speed.
+/// Loads every enrolled entry into memory (logging the rate) and counts the time taken.
 fn load_shares(store: &dyn Store, metrics: &Metrics) -> Result<ShareDb, StoreError> {
-    let total = store.share_count()?;
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "loading shares {bar:40} {pos}/{len} ({per_sec}, eta {eta})",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let start = Instant::now();
-    let mut db = ShareDb::default();
-    let mut n = 0u64;
-    store.for_each_share(&mut |id, s| {
-        db.put(id, s);
-        n += 1;
-        if n.is_multiple_of(256) {
-            bar.set_position(n);
-        }
-    })?;
-    bar.finish_and_clear();
-    let secs = start.elapsed().as_secs_f64();
-    let bytes = n as f64 * crate::shares::ENTRY_BYTES as f64;
-    tracing::info!(
-        entries = n,
-        seconds = format!("{secs:.3}"),
-        entries_per_s = format!("{:.0}", n as f64 / secs.max(1e-9)),
-        mib_per_s = format!("{:.1}", bytes / 1048576.0 / secs.max(1e-9)),
-        "share database loaded"
-    );
+    let (db, took) = crate::store::load::share_db_logged(store)?;
     metrics
         .load_ms
-        .inc_by(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
+        .inc_by(u64::try_from(took.as_millis()).unwrap_or(u64::MAX));
     Ok(db)
 }

@@ -10,6 +10,7 @@ use sdk_orb::shamir::{CodeShare, MaskShare, PartyShares};
 use zeroize::Zeroize;
 
 use crate::ids::SerialId;
+use ocelli_mpc::db::NewRows;
 use ocelli_mpc::MatchDb;
 
 /// Bytes of one eye's code share ([`sdk_orb::CODE_COEFS`] little-endian u16).
@@ -129,6 +130,17 @@ impl StoredShares {
     }
 }
 
+/// `[code, mask]` bytes of each eye of a stored entry.
+///
+/// # Panics
+/// If `entry` is shorter than [`ENTRY_BYTES`].
+pub fn eye_parts(entry: &[u8]) -> [[&[u8]; 2]; 2] {
+    let (left, right) = entry.split_at(CODE_BYTES + MASK_BYTES);
+    let (left_code, left_mask) = left.split_at(CODE_BYTES);
+    let (right_code, right_mask) = right.split_at(CODE_BYTES);
+    [[left_code, left_mask], [right_code, right_mask]]
+}
+
 /// The in-memory share database: a [`MatchDb`] whose rows are kept in
 /// serial-id order, and an index from serial id to row.
 #[derive(Debug)]
@@ -148,6 +160,56 @@ impl Default for ShareDb {
 }
 
 impl ShareDb {
+    /// Empty, with room for `entries` (a start-up load that knows the count), its memory
+    /// touched on `threads` threads: appending them moves no rows.
+    pub fn with_capacity(entries: usize, threads: usize) -> ShareDb {
+        let mut db = ShareDb::default();
+        db.rows.reserve(entries, threads);
+        db.index.reserve(entries);
+        db
+    }
+
+    /// Appends zeroed rows for `serial_ids` (ascending, above every enrolled one) to be filled
+    /// in place, on several threads where split ([`NewRows::split_at`]).
+    ///
+    /// # Panics
+    /// If `serial_ids` is not ascending and above every enrolled serial id.
+    pub fn append_zeroed(&mut self, serial_ids: &[u64]) -> NewRows<'_> {
+        let first = self.rows.len();
+        self.index.extend(
+            serial_ids
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| (SerialId(s), first + i)),
+        );
+        self.rows.append_zeroed(serial_ids)
+    }
+
+    /// Inserts or replaces an entry from its stored bytes. Above every enrolled serial id (a
+    /// load in serial order) the bytes are decoded straight into the rows, with no copy of
+    /// the entry on the way.
+    ///
+    /// # Errors
+    /// `entry` is not [`ENTRY_BYTES`] long.
+    pub fn put_bytes(&mut self, id: SerialId, entry: &[u8]) -> Result<(), ShareLengthError> {
+        if entry.len() != ENTRY_BYTES {
+            return Err(ShareLengthError(entry.len()));
+        }
+        let appends = self
+            .rows
+            .serial_ids()
+            .last()
+            .is_none_or(|&last| last < id.0);
+        if !appends {
+            self.put(id, StoredShares::try_from(entry)?);
+            return Ok(());
+        }
+        let [left, right] = eye_parts(entry);
+        self.rows.push_le_bytes(id.0, left, right);
+        self.index.insert(id, self.rows.len() - 1);
+        Ok(())
+    }
+
     /// Inserts or replaces.
     pub fn put(&mut self, id: SerialId, s: StoredShares) {
         let shares = s.to_party_shares();

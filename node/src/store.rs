@@ -6,9 +6,12 @@
 //! Every write is one ACID transaction committed with immediate durability,
 //! so anything acknowledged to a client or a peer survives a crash.
 
+pub mod load;
 pub mod migrate;
 pub mod postgres;
 pub mod redb;
+#[cfg(feature = "test-support")]
+pub mod synthetic;
 
 use std::collections::BTreeMap;
 
@@ -238,6 +241,10 @@ pub struct StoreSummary {
     pub next_serial: u64,
 }
 
+/// What [`Store::for_each_share_bytes`] calls with each entry: its serial id and stored bytes,
+/// borrowed from the backend's buffer.
+pub type ShareVisitor<'a> = dyn FnMut(SerialId, &[u8]) -> Result<(), StoreError> + 'a;
+
 /// The node's durable state.
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Logs a new pending request with its envelope. Returns `false` (and
@@ -312,6 +319,36 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Backend failure.
     fn share_count(&self) -> Result<u64, StoreError>;
 
+    /// Calls `f` for every enrolled entry in serial id order, with its stored bytes borrowed
+    /// from the backend's buffer (the start-up load decodes them in place: no copy of an entry
+    /// of ours to zeroize); stops at the first error `f` returns.
+    ///
+    /// # Errors
+    /// Backend failure, or the error `f` returned.
+    fn for_each_share_bytes(&self, f: &mut ShareVisitor<'_>) -> Result<(), StoreError>;
+
+    /// The enrolled serial ids in order, where the backend reads them apart from the shares
+    /// (an index scan); `None` where reading them costs as much as the shares. With them the
+    /// start-up load reads the shares in serial ranges on several connections at once
+    /// ([`Store::for_each_share_bytes_in`]).
+    ///
+    /// # Errors
+    /// Backend failure or a corrupt serial id.
+    fn share_serials(&self) -> Result<Option<Vec<u64>>, StoreError> {
+        Ok(None)
+    }
+
+    /// [`Store::for_each_share_bytes`] over the serial ids in `serials` only. Safe to call
+    /// from several threads at once, each with its own range.
+    ///
+    /// # Errors
+    /// Backend failure, or the error `f` returned.
+    fn for_each_share_bytes_in(
+        &self,
+        serials: std::ops::RangeInclusive<u64>,
+        f: &mut ShareVisitor<'_>,
+    ) -> Result<(), StoreError>;
+
     /// Calls `f` for every enrolled entry in serial id order.
     ///
     /// # Errors
@@ -319,7 +356,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn for_each_share(
         &self,
         f: &mut dyn FnMut(SerialId, crate::shares::StoredShares),
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.for_each_share_bytes(&mut |id, b| {
+            let s = crate::shares::StoredShares::try_from(b)
+                .map_err(|_| StoreError::Corrupt("shares"))?;
+            f(id, s);
+            Ok(())
+        })
+    }
 
     /// SHA-256 over every table's contents: equal iff the stored state is equal.
     ///

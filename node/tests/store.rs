@@ -7,10 +7,13 @@
 
 use std::sync::Arc;
 
+use ocelli_mpc::db::{Eye, Part};
 use ocelli_node::ids::{RequestId, SerialId};
-use ocelli_node::shares::{StoredShares, ENTRY_BYTES};
+use ocelli_node::shares::{ShareDb, StoredShares, ENTRY_BYTES};
+use ocelli_node::store::load::share_db;
 use ocelli_node::store::postgres::{drop_schema, PgOptions, PgStore, PgTls, PgTlsError};
 use ocelli_node::store::redb::RedbStore;
+use ocelli_node::store::synthetic::{fill, share_db_one_by_one, FillError};
 use ocelli_node::store::{
     Attestation, BatchWrite, FinalWrite, Meta, RequestRecord, RequestState, ShareWrite, Store,
     StoreError,
@@ -305,6 +308,89 @@ fn load_streams_in_serial_order(b: &dyn Backend) -> Res {
     Ok(())
 }
 
+fn random_shares(rng: &mut impl RngCore) -> StoredShares {
+    StoredShares::build(|b| rng.fill_bytes(b))
+}
+
+/// Bit for bit: serial ids, every row of every share vector, the index and the change count
+/// (compared without printing shares).
+fn assert_same_db(a: &ShareDb, b: &ShareDb) {
+    let (ra, rb) = (a.rows(), b.rows());
+    assert_eq!(ra.serial_ids(), rb.serial_ids());
+    assert_eq!(ra.generation(), rb.generation());
+    for eye in Eye::BOTH {
+        for part in [Part::Code, Part::Mask] {
+            let same = ra.vectors(eye, part, 0..ra.len()) == rb.vectors(eye, part, 0..rb.len());
+            assert!(same, "{eye:?} {part:?} rows differ");
+        }
+    }
+    for &serial in ra.serial_ids() {
+        assert_eq!(a.row_of(SerialId(serial)), b.row_of(SerialId(serial)));
+    }
+}
+
+/// The start-up load (rows allocated once, each entry decoded in place from the store's
+/// buffer) gives the database the entry-by-entry load gives, after enrolments out of order,
+/// replacements and deletions.
+fn load_equals_one_by_one(b: &dyn Backend) -> Res {
+    let s = b.open()?;
+    let mut rng = rand::thread_rng();
+    let mut w = BatchWrite {
+        next_serial: 201,
+        ..BatchWrite::default()
+    };
+    for serial in (1..=200).rev() {
+        w.shares
+            .push((SerialId(serial), ShareWrite::Put(random_shares(&mut rng))));
+    }
+    s.apply_batch(&w)?;
+    let mut w = BatchWrite {
+        next_serial: 261,
+        ..BatchWrite::default()
+    };
+    for serial in (201..=260).chain([5, 50]) {
+        w.shares
+            .push((SerialId(serial), ShareWrite::Put(random_shares(&mut rng))));
+    }
+    for serial in [7, 100, 201] {
+        w.shares.push((SerialId(serial), ShareWrite::Delete));
+    }
+    s.apply_batch(&w)?;
+    drop(s);
+    let s = b.open()?;
+    let heard = std::sync::atomic::AtomicU64::new(0);
+    let loaded = share_db(s.as_ref(), &|n| {
+        heard.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+    })?;
+    assert_eq!(loaded.len(), 257);
+    assert_eq!(heard.into_inner(), 257);
+    assert_same_db(&loaded, &share_db_one_by_one(s.as_ref())?);
+    Ok(())
+}
+
+/// Synthetic people go into an empty store only, with serial ids from 1 and the counter after
+/// them.
+fn fill_enrols_into_an_empty_store_only(b: &dyn Backend) -> Res {
+    let s = b.open()?;
+    let mut rng = rand::thread_rng();
+    let mut heard = Vec::new();
+    fill(s.as_ref(), 2_345, &mut rng, &mut |n| heard.push(n))?;
+    assert_eq!(heard, [1_000, 2_000, 2_345]);
+    assert_eq!(s.share_count()?, 2_345);
+    assert_eq!(s.meta()?.next_serial, 2_346);
+    assert_eq!(
+        share_db(s.as_ref(), &|_| ())?.rows().serial_ids()[2_344],
+        2_345
+    );
+    let fp = s.fingerprint()?;
+    assert!(matches!(
+        fill(s.as_ref(), 1, &mut rng, &mut |_| ()),
+        Err(FillError::NotEmpty)
+    ));
+    assert_eq!(s.fingerprint()?, fp);
+    Ok(())
+}
+
 /// Equal contents give equal fingerprints and summaries on both backends.
 fn same_script_same_fingerprint(a: &dyn Backend, b: &dyn Backend) -> Res {
     let (a, b) = (a.open()?, b.open()?);
@@ -329,6 +415,28 @@ fn redb_batches_apply_and_survive_reopen() -> Res {
 #[test]
 fn redb_load_streams_in_serial_order() -> Res {
     load_streams_in_serial_order(&redb())
+}
+
+#[test]
+fn redb_load_equals_one_by_one() -> Res {
+    load_equals_one_by_one(&redb())
+}
+
+#[test]
+fn postgres_load_equals_one_by_one() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    load_equals_one_by_one(&pg)
+}
+
+#[test]
+fn redb_fill_enrols_into_an_empty_store_only() -> Res {
+    fill_enrols_into_an_empty_store_only(&redb())
+}
+
+#[test]
+fn postgres_fill_enrols_into_an_empty_store_only() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    fill_enrols_into_an_empty_store_only(&pg)
 }
 
 #[test]

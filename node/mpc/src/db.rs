@@ -91,6 +91,16 @@ impl Rows {
         self.buf.splice(at..at, values.iter().copied());
     }
 
+    /// Appends one row from its little-endian bytes, decoded straight into place.
+    fn extend_le(&mut self, bytes: &[u8]) {
+        self.reserve_zeroizing(bytes.len() / 2);
+        self.buf.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]])),
+        );
+    }
+
     /// Makes room for `additional` more values. Where the capacity does not suffice, the rows
     /// move to a new allocation (doubling, as `Vec` would) and the old one is zeroized before
     /// it is freed; `Vec::reserve` would free it with the shares still in it.
@@ -122,6 +132,110 @@ impl Drop for Rows {
     fn drop(&mut self) {
         self.buf.zeroize();
     }
+}
+
+/// Rows appended by [`MatchDb::append_zeroed`], zeroed until filled.
+pub struct NewRows<'a> {
+    serial_ids: &'a [u64],
+    codes: [&'a mut [u16]; 2],
+    masks: [&'a mut [u16]; 2],
+}
+
+impl core::fmt::Debug for NewRows<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("NewRows")
+            .field("rows", &self.serial_ids.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> NewRows<'a> {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.serial_ids.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.serial_ids.is_empty()
+    }
+
+    /// The serial id of each row.
+    pub fn serial_ids(&self) -> &'a [u64] {
+        self.serial_ids
+    }
+
+    /// The rows before `row` and those from it, to fill on two threads.
+    ///
+    /// # Panics
+    /// If `row` is past the end.
+    pub fn split_at(self, row: usize) -> (NewRows<'a>, NewRows<'a>) {
+        let (ids_a, ids_b) = self.serial_ids.split_at(row);
+        let [lc, rc] = self.codes;
+        let [lm, rm] = self.masks;
+        let (lc_a, lc_b) = lc.split_at_mut(row * CODE_COEFS);
+        let (rc_a, rc_b) = rc.split_at_mut(row * CODE_COEFS);
+        let (lm_a, lm_b) = lm.split_at_mut(row * MASK_COEFS);
+        let (rm_a, rm_b) = rm.split_at_mut(row * MASK_COEFS);
+        (
+            NewRows {
+                serial_ids: ids_a,
+                codes: [lc_a, rc_a],
+                masks: [lm_a, rm_a],
+            },
+            NewRows {
+                serial_ids: ids_b,
+                codes: [lc_b, rc_b],
+                masks: [lm_b, rm_b],
+            },
+        )
+    }
+
+    /// Fills row `row` from its shares' little-endian bytes, `[code, mask]` per eye.
+    ///
+    /// # Panics
+    /// If `row` is past the end or a part has the wrong length.
+    pub fn set_le_bytes(&mut self, row: usize, left: [&[u8]; 2], right: [&[u8]; 2]) {
+        for (eye, [code, mask]) in [left, right].into_iter().enumerate() {
+            assert!(code.len() == 2 * CODE_COEFS && mask.len() == 2 * MASK_COEFS);
+            let codes = &mut self.codes[eye][row * CODE_COEFS..(row + 1) * CODE_COEFS];
+            let masks = &mut self.masks[eye][row * MASK_COEFS..(row + 1) * MASK_COEFS];
+            for (dst, src) in [(codes, code), (masks, mask)] {
+                for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                    *d = u16::from_le_bytes([c[0], c[1]]);
+                }
+            }
+        }
+    }
+}
+
+/// Writes a zero into every page of `buffers` (unused capacity), each buffer split over
+/// `threads` threads.
+fn touch_pages<'a>(
+    buffers: impl Iterator<Item = &'a mut [core::mem::MaybeUninit<u16>]>,
+    threads: usize,
+) {
+    const PAGE_VALUES: usize = 4096 / core::mem::size_of::<u16>();
+    let threads = threads.max(1);
+    let mut shares: Vec<Vec<&mut [core::mem::MaybeUninit<u16>]>> =
+        (0..threads).map(|_| Vec::new()).collect();
+    for buffer in buffers {
+        let per_thread = buffer.len().div_ceil(threads).max(1);
+        for (share, piece) in shares.iter_mut().zip(buffer.chunks_mut(per_thread)) {
+            share.push(piece);
+        }
+    }
+    std::thread::scope(|s| {
+        for share in shares {
+            s.spawn(move || {
+                for piece in share {
+                    for page in piece.chunks_mut(PAGE_VALUES) {
+                        page[0] = core::mem::MaybeUninit::new(0);
+                    }
+                }
+            });
+        }
+    });
 }
 
 /// Changes a database remembers for mirrors to replay; an older mirror reloads in full.
@@ -240,6 +354,83 @@ impl MatchDb {
         self.insert(serial_id, shares);
     }
 
+    /// Makes room for `additional` more entries at once (a load that knows its size), so that
+    /// appending them moves no rows, and touches the new room on `threads` threads: the
+    /// kernel's zeroing of fresh pages, much of a large load's time, runs on all of them
+    /// rather than on the one that fills the rows.
+    pub fn reserve(&mut self, additional: usize, threads: usize) {
+        self.serial_ids.reserve(additional);
+        for (code, mask) in self.codes.iter_mut().zip(self.masks.iter_mut()) {
+            code.reserve_zeroizing(additional * CODE_COEFS);
+            mask.reserve_zeroizing(additional * MASK_COEFS);
+        }
+        let spare = self
+            .codes
+            .iter_mut()
+            .chain(self.masks.iter_mut())
+            .map(|rows| rows.buf.spare_capacity_mut());
+        touch_pages(spare, threads);
+    }
+
+    /// Adds an entry with a serial id above every enrolled one from its shares' little-endian
+    /// bytes, `[code, mask]` per eye (the stored form), decoded straight into the rows: a
+    /// start-up load makes no copy of an entry on the way.
+    ///
+    /// # Panics
+    /// If `serial_id` is not above every enrolled serial id, or a part has the wrong length.
+    pub fn push_le_bytes(&mut self, serial_id: u64, left: [&[u8]; 2], right: [&[u8]; 2]) {
+        assert!(self.serial_ids.last().is_none_or(|&last| last < serial_id));
+        for [code, mask] in [left, right] {
+            assert!(code.len() == 2 * CODE_COEFS && mask.len() == 2 * MASK_COEFS);
+        }
+        self.record(Change::Upsert(serial_id));
+        self.serial_ids.push(serial_id);
+        for (eye, [code, mask]) in [left, right].into_iter().enumerate() {
+            self.codes[eye].extend_le(code);
+            self.masks[eye].extend_le(mask);
+        }
+    }
+
+    /// Appends zeroed rows for `serial_ids` (ascending, above every enrolled one) and returns
+    /// them to be filled in place: a load that knows the serial ids first fills disjoint parts
+    /// of them on several threads ([`NewRows::split_at`]).
+    ///
+    /// # Panics
+    /// If `serial_ids` is not ascending and above every enrolled serial id.
+    pub fn append_zeroed(&mut self, serial_ids: &[u64]) -> NewRows<'_> {
+        let above = self.serial_ids.last().copied();
+        let ascending = serial_ids.windows(2).all(|w| w[0] < w[1]);
+        assert!(ascending && above.is_none_or(|last| serial_ids.first().is_none_or(|&f| last < f)));
+        let first = self.len();
+        for &serial in serial_ids {
+            self.record(Change::Upsert(serial));
+        }
+        self.serial_ids.extend_from_slice(serial_ids);
+        let n = serial_ids.len();
+        let [lc, rc] = &mut self.codes;
+        let [lm, rm] = &mut self.masks;
+        let grow = |rows: &mut Rows, coefs: usize| {
+            rows.reserve_zeroizing(n * coefs);
+            let len = rows.buf.len();
+            rows.buf.resize(len + n * coefs, 0);
+        };
+        grow(lc, CODE_COEFS);
+        grow(rc, CODE_COEFS);
+        grow(lm, MASK_COEFS);
+        grow(rm, MASK_COEFS);
+        NewRows {
+            serial_ids: &self.serial_ids[first..],
+            codes: [
+                &mut lc.values_mut()[first * CODE_COEFS..],
+                &mut rc.values_mut()[first * CODE_COEFS..],
+            ],
+            masks: [
+                &mut lm.values_mut()[first * MASK_COEFS..],
+                &mut rm.values_mut()[first * MASK_COEFS..],
+            ],
+        }
+    }
+
     /// Adds an entry at its place in serial order; returns its row. Replaces an entry with the
     /// same serial id.
     pub fn insert(&mut self, serial_id: u64, shares: &PartyShares) -> usize {
@@ -352,6 +543,55 @@ mod tests {
             let p = &people[s as usize - 1];
             assert_eq!(db.code(Eye::Left, row), p.left.code.coefs());
             assert_eq!(db.mask(Eye::Right, row), p.right.mask.coefs());
+        }
+    }
+
+    /// Entries appended from their little-endian bytes, one by one into reserved room or as
+    /// zeroed rows filled in two parts, equal the same entries inserted one by one, row for row
+    /// and in the change log.
+    #[test]
+    fn appending_stored_bytes_equals_inserting() {
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let people: Vec<_> = (0..12)
+            .map(|_| crate::synthetic::random_shares(&mut rng))
+            .collect();
+        let le = |v: &[u16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let bytes =
+            |p: &PartyShares| [&p.left, &p.right].map(|e| [le(e.code.coefs()), le(e.mask.coefs())]);
+        let serials: Vec<u64> = (0..people.len() as u64).map(|i| 3 * i + 1).collect();
+        let (mut inserted, mut appended, mut filled) =
+            (MatchDb::new(), MatchDb::new(), MatchDb::new());
+        // Below the appended rows: the first two entries go in one by one.
+        appended.reserve(5, 2);
+        for (p, &serial) in people.iter().zip(&serials) {
+            inserted.insert(serial, p);
+            let [l, r] = bytes(p);
+            appended.push_le_bytes(serial, [&l[0], &l[1]], [&r[0], &r[1]]);
+        }
+        for (p, &serial) in people.iter().zip(&serials).take(2) {
+            filled.insert(serial, p);
+        }
+        let (mut a, mut b) = filled.append_zeroed(&serials[2..]).split_at(4);
+        assert_eq!((a.len(), b.serial_ids()[0]), (4, serials[6]));
+        for (part, first) in [(&mut b, 6), (&mut a, 2)] {
+            for row in 0..part.len() {
+                let [l, r] = bytes(&people[first + row]);
+                part.set_le_bytes(row, [&l[0], &l[1]], [&r[0], &r[1]]);
+            }
+        }
+        for db in [&appended, &filled] {
+            assert_eq!(db.serial_ids(), inserted.serial_ids());
+            assert_eq!(db.generation(), inserted.generation());
+            for eye in Eye::BOTH {
+                for part in [Part::Code, Part::Mask] {
+                    let all = 0..people.len();
+                    assert_eq!(
+                        db.vectors(eye, part, all.clone()),
+                        inserted.vectors(eye, part, all)
+                    );
+                    assert_eq!(db.vectors(eye, part, 0..1).as_ptr() as usize % 64, 0);
+                }
+            }
         }
     }
 }

@@ -179,6 +179,13 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Start-up at scale (a build with the `test-support` feature): `fill` writes synthetic
+    /// people into an empty store, `load` opens it as `serve` does and times the load.
+    #[cfg(feature = "test-support")]
+    BenchStartup {
+        #[command(subcommand)]
+        step: StartupStep,
+    },
     /// Run a node.
     Serve {
         /// TOML config file (OCELLI_* environment variables override it).
@@ -188,6 +195,150 @@ enum Command {
         #[arg(long, env = "OCELLI_LOG_JSON")]
         json_logs: bool,
     },
+}
+
+/// Where `bench-startup` finds the store.
+#[cfg(feature = "test-support")]
+#[derive(Debug, clap::Args)]
+struct StoreArgs {
+    /// A redb store in this data directory.
+    #[arg(
+        long,
+        required_unless_present = "postgres",
+        conflicts_with = "postgres"
+    )]
+    dir: Option<PathBuf>,
+    /// A PostgreSQL store on this server (plaintext: loopback or a unix socket only).
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// The PostgreSQL schema.
+    #[arg(long, default_value = "ocelli")]
+    schema: String,
+}
+
+#[cfg(feature = "test-support")]
+#[derive(Debug, Subcommand)]
+enum StartupStep {
+    /// Enrol synthetic people (random share bytes, serial ids 1..=N, batches of 1,000) into
+    /// an empty store; refuses a store that holds anything.
+    Fill {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// People to enrol.
+        #[arg(long)]
+        people: u64,
+        /// Seed of the share bytes.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Open the store and load the share database as `serve` does; print one JSON object:
+    /// the load time and rate, the time from process start to loaded, and the load time
+    /// projected to 18 million people at the measured rate.
+    Load {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Load as before the preallocated path: each entry copied out, decoded and inserted
+        /// on its own (the reference, for comparison).
+        #[arg(long)]
+        one_by_one: bool,
+    },
+}
+
+#[cfg(feature = "test-support")]
+fn bench_startup(step: StartupStep, started: std::time::Instant) -> ExitCode {
+    use ocelli_node::store::postgres::{check_plaintext_is_local, PgOptions, PgStore, PgTls};
+    use ocelli_node::store::{redb::RedbStore, Store};
+    use rand_chacha::rand_core::SeedableRng;
+    use std::sync::Arc;
+
+    const PROJECTED_PEOPLE: f64 = 18e6;
+    init_logging(false);
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let open = |a: &StoreArgs| -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
+        Ok(match (&a.dir, &a.postgres) {
+            (Some(dir), _) => Arc::new(RedbStore::open(dir)?),
+            (None, Some(url)) => {
+                check_plaintext_is_local(url)?;
+                let opts = PgOptions {
+                    url: url.clone(),
+                    schema: a.schema.clone(),
+                    // A connection per core, as the load reads a range on each.
+                    pool_size: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    tls: PgTls::Disable,
+                };
+                Arc::new(PgStore::open(&opts, rt.handle().clone())?)
+            }
+            (None, None) => return Err("--dir or --postgres".into()),
+        })
+    };
+    let result: Result<(), Box<dyn std::error::Error>> = match step {
+        StartupStep::Fill {
+            store,
+            people,
+            seed,
+        } => (|| {
+            let s = open(&store)?;
+            let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+            let t = std::time::Instant::now();
+            let mut last = std::time::Instant::now();
+            ocelli_node::store::synthetic::fill(s.as_ref(), people, &mut rng, &mut |n| {
+                if last.elapsed().as_secs() >= 5 || n == people {
+                    last = std::time::Instant::now();
+                    eprintln!(
+                        "fill: {n}/{people} people, {:.0} people/s",
+                        n as f64 / t.elapsed().as_secs_f64()
+                    );
+                }
+            })?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "people": people,
+                    "fill_s": t.elapsed().as_secs_f64(),
+                    "store_bytes": s.size_bytes(),
+                })
+            );
+            Ok(())
+        })(),
+        StartupStep::Load { store, one_by_one } => (|| {
+            let t = std::time::Instant::now();
+            let s = open(&store)?;
+            let open_s = t.elapsed().as_secs_f64();
+            let (db, took) = if one_by_one {
+                let t = std::time::Instant::now();
+                let db = ocelli_node::store::synthetic::share_db_one_by_one(s.as_ref())?;
+                (db, t.elapsed())
+            } else {
+                ocelli_node::store::load::share_db_logged(s.as_ref())?
+            };
+            let to_loaded_s = started.elapsed().as_secs_f64();
+            let load_s = took.as_secs_f64();
+            let rate = db.len() as f64 / load_s.max(1e-9);
+            println!(
+                "{}",
+                serde_json::json!({
+                    "people": db.len(),
+                    "open_s": open_s,
+                    "load_s": load_s,
+                    "process_start_to_loaded_s": to_loaded_s,
+                    "people_per_s": rate.round(),
+                    "mib_per_s": (rate * ocelli_node::shares::ENTRY_BYTES as f64 / 1048576.0).round(),
+                    "projected_18m_load_s": (PROJECTED_PEOPLE / rate.max(1e-9)).round(),
+                })
+            );
+            Ok(())
+        })(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-startup failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn parse_request_type(name: &str) -> Result<sdk_orb::RequestType, String> {
@@ -269,6 +420,8 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
+    #[cfg(feature = "test-support")]
+    let started = std::time::Instant::now();
     ocelli_os::tune_malloc();
     // Every connection, MPC link and store file takes a descriptor; a soft limit of 1,024 left
     // below a far higher hard one would run out first.
@@ -492,6 +645,8 @@ fn main() -> ExitCode {
             }
         },
         Command::Recover { config } => run_async(recover(config)),
+        #[cfg(feature = "test-support")]
+        Command::BenchStartup { step } => bench_startup(step, started),
         Command::Serve { config, json_logs } => {
             init_logging(json_logs);
             match open_files {

@@ -32,8 +32,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{
-    Attestation, BatchWrite, Meta, RequestRecord, RequestSummary, ShareWrite, Store, StoreError,
-    StoreSummary, StoredBatch,
+    Attestation, BatchWrite, Meta, RequestRecord, RequestSummary, ShareVisitor, ShareWrite, Store,
+    StoreError, StoreSummary, StoredBatch,
 };
 use crate::ids::{RequestId, SerialId};
 use crate::shares::StoredShares;
@@ -853,22 +853,50 @@ impl Store for PgStore {
         })
     }
 
-    fn for_each_share(&self, f: &mut dyn FnMut(SerialId, StoredShares)) -> Result<(), StoreError> {
+    fn for_each_share_bytes(&self, f: &mut ShareVisitor<'_>) -> Result<(), StoreError> {
+        self.for_each_share_bytes_in(0..=u64::MAX, f)
+    }
+
+    fn share_serials(&self) -> Result<Option<Vec<u64>>, StoreError> {
+        self.run(async {
+            let c = self.conn().await?;
+            let rows = c
+                .query("SELECT serial FROM shares ORDER BY serial", &[])
+                .await
+                .map_err(be)?;
+            rows.iter()
+                .map(|r| to_u64(r.get(0), "shares"))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
+        })
+    }
+
+    fn for_each_share_bytes_in(
+        &self,
+        serials: std::ops::RangeInclusive<u64>,
+        f: &mut ShareVisitor<'_>,
+    ) -> Result<(), StoreError> {
+        // Serial ids are stored as bigint: none lies above its top.
+        let Ok(lo) = i64::try_from(*serials.start()) else {
+            return Ok(());
+        };
+        let hi = i64::try_from(*serials.end()).unwrap_or(i64::MAX);
         // Rows stream from the server as `f` takes them, so memory stays bounded.
         self.run(async {
             let c = self.conn().await?;
-            let params: [&(dyn ToSql + Sync); 0] = [];
+            let params: [&(dyn ToSql + Sync); 2] = [&lo, &hi];
             let stream = c
-                .query_raw("SELECT serial, entry FROM shares ORDER BY serial", params)
+                .query_raw(
+                    "SELECT serial, entry FROM shares WHERE serial BETWEEN $1 AND $2 ORDER BY serial",
+                    params,
+                )
                 .await
                 .map_err(be)?;
             pin_mut!(stream);
             while let Some(row) = stream.next().await {
                 let row = row.map_err(be)?;
                 let serial = to_u64(row.get(0), "shares")?;
-                let s = StoredShares::try_from(row.get::<_, &[u8]>(1))
-                    .map_err(|_| StoreError::Corrupt("shares"))?;
-                f(SerialId(serial), s);
+                f(SerialId(serial), row.get::<_, &[u8]>(1))?;
             }
             Ok(())
         })

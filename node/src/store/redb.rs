@@ -9,11 +9,10 @@ use redb::{
 use sha2::{Digest, Sha256};
 
 use super::{
-    Attestation, BatchWrite, Meta, RequestRecord, RequestState, RequestSummary, ShareWrite, Store,
-    StoreError, StoreSummary, StoredBatch,
+    Attestation, BatchWrite, Meta, RequestRecord, RequestState, RequestSummary, ShareVisitor,
+    ShareWrite, Store, StoreError, StoreSummary, StoredBatch,
 };
 use crate::ids::{RequestId, SerialId};
-use crate::shares::StoredShares;
 
 const REQUESTS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("requests");
 const ENVELOPES: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("pending_envelopes");
@@ -277,13 +276,20 @@ impl Store for RedbStore {
         t.len().map_err(be)
     }
 
-    fn for_each_share(&self, f: &mut dyn FnMut(SerialId, StoredShares)) -> Result<(), StoreError> {
+    fn for_each_share_bytes(&self, f: &mut ShareVisitor<'_>) -> Result<(), StoreError> {
+        self.for_each_share_bytes_in(0..=u64::MAX, f)
+    }
+
+    fn for_each_share_bytes_in(
+        &self,
+        serials: std::ops::RangeInclusive<u64>,
+        f: &mut ShareVisitor<'_>,
+    ) -> Result<(), StoreError> {
         let txn = self.db.begin_read().map_err(be)?;
         let t = txn.open_table(SHARES).map_err(be)?;
-        for item in t.iter().map_err(be)? {
+        for item in t.range(serials).map_err(be)? {
             let (k, v) = item.map_err(be)?;
-            let s = StoredShares::try_from(v.value()).map_err(|_| StoreError::Corrupt("shares"))?;
-            f(SerialId(k.value()), s);
+            f(SerialId(k.value()), v.value())?;
         }
         Ok(())
     }
@@ -372,6 +378,7 @@ impl Store for RedbStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shares::StoredShares;
     use crate::store::FinalWrite;
 
     fn rec(state: RequestState) -> RequestRecord {
