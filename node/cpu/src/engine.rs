@@ -24,8 +24,8 @@ use ocelli_mpc::Session;
 use sdk_orb::rotation::{CHUNK_COEFS, ROTATION_COUNT};
 
 /// Coefficients per chunk (even, like every vector length). A slab's chunk is 512 KB at 128
-/// query rows, inside L2; measured at 1,024 to 12,800, 2,048 was fastest with both SIMD
-/// kernels.
+/// query rows, inside L2. The default the tuner starts from ([`crate::tune`]); the runs that
+/// chose it are in docs/benchmarks-history.md.
 pub const CHUNK: usize = 2048;
 /// Query rows per slab (rounded up to whole panels): four requests' 31 rotations. A demo
 /// batch with its mirrored queries (3,968 rows, 100 MB of codes) would otherwise be streamed
@@ -35,12 +35,12 @@ pub const QUERY_SLAB_ROWS: usize = 124;
 pub const BLOCK_ROWS: usize = 192;
 /// Database rows whose correlation leaves ([`correlate`]) are made together, for one chunk of
 /// the leaf length: 110 KB of leaves at the engine's chunk, beside the chunk's query panels
-/// (295 KB for four queries) and the task's accumulators in L2. Measured at 12, 24 and 48:
-/// 12 was fastest with both SIMD kernels.
+/// (295 KB for four queries) and the task's accumulators in L2. The fastest of the values tried
+/// (docs/benchmarks-history.md).
 pub const CORRELATION_ROWS: usize = 12;
 /// Leaf rows (query, lag) a work item of the correlated loop nest takes at most (16 queries),
-/// so that the leaves of a database row are made once per 16 queries. Measured at 32 to 256
-/// against a demo pass (128 rows, 200 queries): 128 was fastest with both SIMD kernels.
+/// so that the leaves of a database row are made once per 16 queries. The fastest of the values
+/// tried against a demo pass (docs/benchmarks-history.md).
 pub const SLAB_LEAF_ROWS: usize = 128;
 /// The leaf rows that [`BLOCK_ROWS`] is sized for in the correlated loop nest (four queries):
 /// a slab of more takes a proportionally smaller task, so its accumulators take the same
@@ -333,7 +333,7 @@ fn correlated<const P: usize, const D: usize>(
                         leaves.fill(0);
                     }
                     // In place pays where a copy would serve one panel: with more, the copy's
-                    // reuse from L1 wins (at 4, 8, 12 and 64 queries: +2.7, 0, -2 and -3 %).
+                    // reuse from L1 wins (docs/benchmarks-history.md).
                     let in_place = in_place && whole_tiles && sp == 1;
                     for (d, run) in runs((k0, g0)).enumerate() {
                         correlate::db_leaves(run, &mut leaves[d * kl..], leaf_stride, !in_place);

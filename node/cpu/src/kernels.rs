@@ -364,7 +364,7 @@ mod x86 {
                 "vmovdqu64 zmm22, [{a} + 1408]",
                 "vmovdqu64 zmm23, [{a} + 1472]",
                 // The loop from a cache line on, so its speed does not depend on where the
-                // linker places it (measured: 3 to 4 % apart between two layouts with AVX2).
+                // linker places it.
                 ".p2align 6",
                 "2:",
                 "vmovdqu64 zmm24, [{q} + 0]",
@@ -535,7 +535,7 @@ mod x86 {
                 "vmovdqu ymm10, [{a} + 320]",
                 "vmovdqu ymm11, [{a} + 352]",
                 // The loop from a cache line on, so its speed does not depend on where the
-                // linker places it (measured: 3 to 4 % apart between two layouts with AVX2).
+                // linker places it.
                 ".p2align 6",
                 "2:",
                 "vmovdqu ymm12, [{q}]",
