@@ -38,6 +38,17 @@ fn nonce_of(bytes: &[u8]) -> Result<[u8; 32], RecoveryError> {
     bytes.try_into().map_err(|_| RecoveryError::Nonce)
 }
 
+/// Whether this node's allowance lets `target` recover now, without taking a session of it.
+fn check_allowance(state: &NodeState, target: PartyId) -> Result<(), RecoveryError> {
+    allowance::check(
+        &allowance_path(&state.config),
+        state.party,
+        target,
+        now_ms(),
+    )?;
+    Ok(())
+}
+
 /// Takes a session of the allowance and records the nonce, off the async threads (the
 /// allowance file is written and synced).
 async fn admit(
@@ -91,12 +102,7 @@ pub async fn helper_stream(
     } else {
         // Refused before the wait where the answer is known already.
         state.recovery.check_fresh(target, &nonce)?;
-        allowance::check(
-            &allowance_path(&state.config),
-            state.party,
-            target,
-            now_ms(),
-        )?;
+        check_allowance(&state, target)?;
         let secret = state
             .recovery
             .take_offer(target, &nonce, low, PAD_WAIT)
@@ -183,12 +189,7 @@ pub fn accept_pad(
     }
     let nonce = nonce_of(&offer.nonce)?;
     let secret = PadSecret::try_from(offer.secret.as_slice())?;
-    allowance::check(
-        &allowance_path(&state.config),
-        state.party,
-        target,
-        now_ms(),
-    )?;
+    check_allowance(state, target)?;
     state.recovery.offer(target, &nonce, secret, Instant::now())
 }
 
