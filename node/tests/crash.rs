@@ -2,101 +2,31 @@
 //! stores agree again and nothing acknowledged is lost. Then SIGTERM: every
 //! node exits 0.
 
-use std::net::SocketAddr;
+#[path = "support/process.rs"]
+mod process;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use ocelli_node::client::OrbClient;
 use ocelli_node::clock::now_ms;
 use ocelli_node::keys::{keygen, read_key32, KeygenOptions, KeygenOutput};
-use ocelli_node::store::postgres::{PgOptions, PgStore, PgTls};
-use ocelli_node::store::redb::RedbStore;
-use ocelli_node::store::Store;
+use process::{
+    store_summary, submit_until_held, wait_drained, wait_ready, Node, PgTarget, Res, CALL_TIMEOUT,
+};
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
 use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
 use sdk_orb::{RequestId, RequestType};
-use shared_proto::v1::{HealthCheckRequest, SubmitRequest};
-
-type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+use shared_proto::v1::SubmitRequest;
 
 fn free_port() -> Res<u16> {
     // Bind port 0, read the port, release it for the child to bind.
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
 }
-
-struct Node {
-    config: PathBuf,
-    orb: SocketAddr,
-    log: PathBuf,
-    child: Option<Child>,
-}
-
-impl Node {
-    fn spawn(&mut self) -> Res {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_ocelli-node"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
-            .env("OCELLI_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    /// Whether the process has exited (a node that could not bind its ports exits at once).
-    fn exited(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
-    }
-
-    fn kill9(&mut self) -> Res {
-        if let Some(mut c) = self.child.take() {
-            c.kill()?; // SIGKILL
-            c.wait()?;
-        }
-        Ok(())
-    }
-
-    fn terminate(&mut self) -> Res<std::process::ExitStatus> {
-        let mut c = self.child.take().ok_or("not running")?;
-        let ok = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status()?;
-        assert!(ok.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(s) = c.try_wait()? {
-                return Ok(s);
-            }
-            if Instant::now() > deadline {
-                c.kill()?;
-                return Err("node did not exit after SIGTERM".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.kill9();
-    }
-}
-
-/// A PostgreSQL server and this run's schema prefix, or the redb stores.
-type PgTarget<'a> = Option<(&'a str, &'a str)>;
 
 fn write_config(
     dir: &Path,
@@ -131,63 +61,6 @@ fn write_config(
     Ok(path)
 }
 
-/// Waits until the node answers ready; fails at once if `node` has exited, with its log.
-async fn wait_ready(client: &OrbClient, timeout: Duration, mut node: Option<&mut Node>) -> Res {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(n) = node.as_deref_mut() {
-            if n.exited() {
-                let log = std::fs::read_to_string(&n.log).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                return Err(format!("node exited: {}", tail.join(" | ")).into());
-            }
-        }
-        let mut h = client.health.clone();
-        if let Ok(Ok(r)) = tokio::time::timeout(CALL_TIMEOUT, h.check(HealthCheckRequest {})).await
-        {
-            if r.into_inner().ready {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            return Err("node not ready in time".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Submits until acknowledged (OK) or known (ALREADY_EXISTS), retrying
-/// while the node is down.
-/// Every call to a node gets a deadline: a connection to a killed process
-/// must turn into a retry, never into a test that waits forever.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
-async fn submit_until_held(client: &OrbClient, env: &[u8]) -> Res {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let mut c = client.orb.clone();
-        let attempt = c.submit(SubmitRequest {
-            envelope: env.to_vec(),
-            or_serial_ids: Vec::new(),
-        });
-        match tokio::time::timeout(CALL_TIMEOUT, attempt).await {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(s)) if s.code() == tonic::Code::AlreadyExists => return Ok(()),
-            Ok(Err(s)) if Instant::now() > deadline => return Err(s.into()),
-            Err(_) if Instant::now() > deadline => return Err("submission timed out".into()),
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
-}
-
-async fn pending_of(client: &OrbClient) -> Option<u64> {
-    let mut h = client.health.clone();
-    match tokio::time::timeout(CALL_TIMEOUT, h.check(HealthCheckRequest {})).await {
-        Ok(Ok(r)) => Some(r.into_inner().pending),
-        _ => None,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_intake_loses_nothing_acknowledged() -> Res {
     kill_9_run(None).await
@@ -203,6 +76,9 @@ async fn postgres_kill_9_during_intake_loses_nothing_acknowledged() -> Res {
     let prefix = format!("crash_{}", now_ms());
     kill_9_run(Some((&url, &prefix))).await
 }
+
+/// How long an orb keeps retrying a submission to a node that is down.
+const PATIENCE: Duration = Duration::from_secs(120);
 
 /// The kill -9 runs go one at a time: two clusters at once on a two-core runner compete for
 /// the cores and for ephemeral ports.
@@ -224,24 +100,20 @@ async fn start_cluster(
             }
         }
         let mut nodes = Vec::new();
+        let mut clients = Vec::new();
         for party in 0u8..3 {
             let config = write_config(dir, &keys.dir, party, &ports, pg)?;
-            let orb: SocketAddr = format!("127.0.0.1:{}", ports[party as usize][0]).parse()?;
-            let mut n = Node {
-                config,
-                orb,
-                log: dir.join(format!("party{party}.log")),
-                child: None,
-            };
+            let mut n = Node::new(config, dir.join(format!("party{party}.log")));
             n.spawn()?;
             nodes.push(n);
+            let orb = ([127, 0, 0, 1], ports[party as usize][0]).into();
+            clients.push(OrbClient::with_identity(
+                orb,
+                "localhost",
+                &keys.ca_cert(),
+                &keys.gateway(0),
+            )?);
         }
-        let clients: Vec<OrbClient> = nodes
-            .iter()
-            .map(|n| {
-                OrbClient::with_identity(n.orb, "localhost", &keys.ca_cert(), &keys.gateway(0))
-            })
-            .collect::<Result<_, _>>()?;
         let mut ready = true;
         for (c, n) in clients.iter().zip(&mut nodes) {
             if let Err(e) = wait_ready(c, Duration::from_secs(30), Some(n)).await {
@@ -310,7 +182,9 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
         for c in &clients {
             let c = c.clone();
             let e = env.clone();
-            tasks.push(tokio::spawn(async move { submit_until_held(&c, &e).await }));
+            tasks.push(tokio::spawn(async move {
+                submit_until_held(&c, &e, PATIENCE).await
+            }));
         }
         // Running nodes must acknowledge now; a crashed one gets the
         // submission when it is back (the task keeps retrying).
@@ -328,31 +202,7 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
         wait_ready(c, Duration::from_secs(30), None).await?;
     }
     // Wait until every node has answered everything.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let mut pending = 0;
-        for c in &clients {
-            // A node that does not answer counts as still busy.
-            pending += pending_of(c).await.unwrap_or(1);
-        }
-        if pending == 0 {
-            break;
-        }
-        if Instant::now() > deadline {
-            let mut report = format!("{pending} still pending");
-            for (i, n) in nodes.iter().enumerate() {
-                let p = pending_of(&clients[i]).await;
-                let log = std::fs::read_to_string(&n.log).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(15).collect();
-                report.push_str(&format!(
-                    "\nparty {i}: pending {p:?}; log, newest first:\n  {}",
-                    tail.join("\n  ")
-                ));
-            }
-            return Err(report.into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_drained(&clients, &nodes, Duration::from_secs(180)).await?;
     // Graceful stop: exit status 0.
     for n in &mut nodes {
         let status = n.terminate()?;
@@ -362,23 +212,7 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
     let mut summaries = Vec::new();
     for party in 0..3 {
         let data = dir.path().join(format!("data{party}"));
-        let pg = pg.map(|(url, prefix)| PgOptions {
-            url: url.to_owned(),
-            schema: format!("{prefix}_p{party}"),
-            pool_size: 1,
-            tls: PgTls::Disable,
-        });
-        // Store calls block: off the test's async workers, as the node makes them.
-        let rt = tokio::runtime::Handle::current();
-        let summary = tokio::task::spawn_blocking(move || -> Res<_> {
-            let s: Box<dyn Store> = match pg {
-                None => Box::new(RedbStore::open(&data)?),
-                Some(opts) => Box::new(PgStore::open(&opts, rt)?),
-            };
-            Ok(s.summary()?)
-        })
-        .await??;
-        summaries.push(summary);
+        summaries.push(store_summary(&data, party, pg).await?);
     }
     assert_eq!(summaries[0], summaries[1]);
     assert_eq!(summaries[1], summaries[2]);
