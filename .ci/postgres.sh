@@ -7,6 +7,7 @@
 # or as a user that can become `postgres` via sudo/runuser.
 #
 #   eval "$(.ci/postgres.sh start)"   # prints the export line
+#   .ci/postgres.sh restart
 #   .ci/postgres.sh stop
 set -euo pipefail
 
@@ -103,6 +104,12 @@ SQL
   return 0
 }
 
+# A restart of the running server (the fault scenarios restart it under load).
+restart() {
+  bin=$(pgbin)
+  as_pg "$bin/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/log" -m fast -w restart >&2
+}
+
 stop() {
   bin=$(pgbin) || exit 0
   [ -d "$PGDIR/data" ] && as_pg "$bin/pg_ctl" -D "$PGDIR/data" -m fast -w stop >&2 || true
@@ -112,5 +119,6 @@ stop() {
 case "${1:-start}" in
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 [start|stop]" >&2; exit 2 ;;
+  restart) restart ;;
+  *) echo "usage: $0 [start|stop|restart]" >&2; exit 2 ;;
 esac

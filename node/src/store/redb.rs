@@ -1,10 +1,12 @@
 //! The embedded redb implementation of [`Store`].
 
 use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock};
 
 use prost::Message;
 use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+    Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    StorageError, TableDefinition, TransactionError, WriteTransaction,
 };
 use sha2::{Digest, Sha256};
 
@@ -37,8 +39,17 @@ fn be<E: std::fmt::Display>(e: E) -> StoreError {
 /// A redb database file `node.redb` in the data directory.
 #[derive(Debug)]
 pub struct RedbStore {
-    db: Database,
+    /// `None` between closing a database an I/O error left unusable and opening it again.
+    db: RwLock<Option<Database>>,
     path: PathBuf,
+}
+
+fn open_database(path: &Path) -> Result<Database, StoreError> {
+    // Bounded page cache: the share database is held in memory by the node already.
+    Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create(path)
+        .map_err(be)
 }
 
 impl RedbStore {
@@ -49,12 +60,7 @@ impl RedbStore {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         std::fs::create_dir_all(dir).map_err(be)?;
         let path = dir.join("node.redb");
-        // Bounded page cache: the share database is held in memory by the
-        // node already.
-        let db = Database::builder()
-            .set_cache_size(CACHE_BYTES)
-            .create(&path)
-            .map_err(be)?;
+        let db = open_database(&path)?;
         let txn = db.begin_write().map_err(be)?;
         {
             txn.open_table(REQUESTS).map_err(be)?;
@@ -66,7 +72,52 @@ impl RedbStore {
             txn.open_table(ATTESTATION).map_err(be)?;
         }
         txn.commit().map_err(be)?;
-        Ok(Self { db, path })
+        Ok(Self {
+            db: RwLock::new(Some(db)),
+            path,
+        })
+    }
+
+    /// Begins a transaction with `begin`. After an I/O error (a full disk, say) redb refuses
+    /// every transaction until the database is closed and opened again; that happens here, so
+    /// a node whose disk filled up serves again once there is space, without a restart. What
+    /// a failed commit wrote never counts: opening runs redb's recovery to the last commit.
+    fn begin<T>(
+        &self,
+        begin: impl Fn(&Database) -> Result<T, TransactionError>,
+    ) -> Result<T, StoreError> {
+        let unusable = |r: &Result<T, TransactionError>| {
+            matches!(r, Err(TransactionError::Storage(StorageError::PreviousIo)))
+        };
+        {
+            let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(db) = db.as_ref() {
+                let r = begin(db);
+                if !unusable(&r) {
+                    return r.map_err(be);
+                }
+            }
+        }
+        let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        // Another call may have opened it again meanwhile.
+        if let Some(open) = db.as_ref() {
+            let r = begin(open);
+            if !unusable(&r) {
+                return r.map_err(be);
+            }
+        }
+        // Closed once its last transaction ends; until then opening it again fails, and the
+        // next call tries again.
+        *db = None;
+        tracing::warn!(path = %self.path.display(), "opening the store again after an I/O error");
+        let reopened = open_database(&self.path)?;
+        let r = begin(&reopened).map_err(be);
+        *db = Some(reopened);
+        r
+    }
+
+    fn read(&self) -> Result<ReadTransaction, StoreError> {
+        self.begin(|db| db.begin_read())
     }
 
     /// Every row but the shares, as stored (for copying the store elsewhere).
@@ -74,7 +125,7 @@ impl RedbStore {
     /// # Errors
     /// Backend failure or corrupt record.
     pub fn raw_rows(&self) -> Result<super::postgres::RawRows, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let mut out = super::postgres::RawRows::default();
         for (def, rows) in [
             (REQUESTS, &mut out.requests),
@@ -104,8 +155,8 @@ impl RedbStore {
         Ok(out)
     }
 
-    fn write(&self) -> Result<redb::WriteTransaction, StoreError> {
-        let mut txn = self.db.begin_write().map_err(be)?;
+    fn write(&self) -> Result<WriteTransaction, StoreError> {
+        let mut txn = self.begin(|db| db.begin_write())?;
         txn.set_durability(Durability::Immediate).map_err(be)?;
         Ok(txn)
     }
@@ -141,7 +192,7 @@ impl Store for RedbStore {
     }
 
     fn request(&self, id: &RequestId) -> Result<Option<RequestRecord>, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(REQUESTS).map_err(be)?;
         match t.get(&id.0[..]).map_err(be)? {
             None => Ok(None),
@@ -152,7 +203,7 @@ impl Store for RedbStore {
     }
 
     fn pending_requests(&self) -> Result<Vec<(RequestId, RequestRecord)>, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let env = txn.open_table(ENVELOPES).map_err(be)?;
         let req = txn.open_table(REQUESTS).map_err(be)?;
         let mut out = Vec::new();
@@ -173,7 +224,7 @@ impl Store for RedbStore {
     }
 
     fn envelope(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(ENVELOPES).map_err(be)?;
         Ok(t.get(&id.0[..]).map_err(be)?.map(|v| v.value().to_vec()))
     }
@@ -216,13 +267,13 @@ impl Store for RedbStore {
     }
 
     fn result(&self, id: &RequestId) -> Result<Option<Vec<u8>>, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(RESULTS).map_err(be)?;
         Ok(t.get(&id.0[..]).map_err(be)?.map(|v| v.value().to_vec()))
     }
 
     fn batch(&self, batch_id: u64) -> Result<Option<StoredBatch>, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(BATCHES).map_err(be)?;
         let Some(v) = t.get(batch_id).map_err(be)? else {
             return Ok(None);
@@ -241,7 +292,7 @@ impl Store for RedbStore {
     }
 
     fn meta(&self) -> Result<Meta, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(META).map_err(be)?;
         let get = |k: &str| -> Result<Option<u64>, StoreError> {
             Ok(t.get(k).map_err(be)?.map(|v| v.value()))
@@ -253,7 +304,7 @@ impl Store for RedbStore {
     }
 
     fn attestation(&self) -> Result<Option<Attestation>, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(ATTESTATION).map_err(be)?;
         t.get(LATEST)
             .map_err(be)?
@@ -271,7 +322,7 @@ impl Store for RedbStore {
     }
 
     fn share_count(&self) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(SHARES).map_err(be)?;
         t.len().map_err(be)
     }
@@ -285,7 +336,7 @@ impl Store for RedbStore {
         serials: std::ops::RangeInclusive<u64>,
         f: &mut ShareVisitor<'_>,
     ) -> Result<(), StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(SHARES).map_err(be)?;
         for item in t.range(serials).map_err(be)? {
             let (k, v) = item.map_err(be)?;
@@ -295,7 +346,7 @@ impl Store for RedbStore {
     }
 
     fn fingerprint(&self) -> Result<[u8; 32], StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let mut h = Sha256::new();
         let mut feed = |name: &str, k: &[u8], v: &[u8]| {
             h.update(name.as_bytes());
@@ -332,7 +383,7 @@ impl Store for RedbStore {
 
     fn summary(&self) -> Result<StoreSummary, StoreError> {
         use shared_proto::v1::SignedResult;
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let req = txn.open_table(REQUESTS).map_err(be)?;
         let res = txn.open_table(RESULTS).map_err(be)?;
         let mut s = StoreSummary::default();
