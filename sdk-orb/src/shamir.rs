@@ -178,7 +178,7 @@ pub fn share_element(a: &[u16; 4], r: GaloisRingElement) -> [GaloisRingElement; 
 }
 
 /// Elements drawn from the RNG per call to `fill_bytes`.
-const RANDOMNESS_BLOCK: usize = 64;
+pub(crate) const RANDOMNESS_BLOCK: usize = 64;
 
 /// Shares the plain coefficients `plain` (a multiple of 4 long) with fresh randomness from
 /// `rng`, handing each element's three shares to `sink(element_index, shares)`. The building
@@ -202,6 +202,25 @@ where
         }
     }
     bytes.zeroize();
+}
+
+/// Writes one element's three shares little-endian into a byte buffer: party `p`'s share of
+/// element `element` at `base[p] + 8 * element` (share arrays serialised in place).
+///
+/// # Panics
+/// If a destination lies outside `out`.
+pub fn write_element(
+    out: &mut [u8],
+    base: &[usize; PARTIES],
+    element: usize,
+    shares: &[GaloisRingElement; PARTIES],
+) {
+    for (b, s) in base.iter().zip(shares) {
+        let at = b + 8 * element;
+        for (dst, c) in out[at..at + 8].chunks_exact_mut(2).zip(s.0) {
+            dst.copy_from_slice(&c.to_le_bytes());
+        }
+    }
 }
 
 /// Shares plain coefficients with explicitly given randomness, one element of `randomness`

@@ -8,7 +8,7 @@ use rand_core::{CryptoRng, RngCore};
 use zeroize::Zeroize;
 
 use crate::keys::{Kem, NodePublicKeys, OrbSigningKey};
-use crate::shamir::{code_coefs, mask_coefs, share_with_sink, PartyShares};
+use crate::shamir::{code_coefs, mask_coefs, share_with_sink, write_element, PartyShares};
 use crate::template::IrisTemplate;
 use crate::{PartyId, RequestId, CODE_COEFS, MASK_COEFS, PARTIES};
 
@@ -170,20 +170,6 @@ pub(crate) fn seal_and_sign<R: RngCore + CryptoRng>(
     let signature = orb.0.sign(&d.0);
     out[layout.sig..layout.sig + SIGNATURE_BYTES].copy_from_slice(&signature.to_bytes());
     Ok(())
-}
-
-pub(crate) fn write_element(
-    out: &mut [u8],
-    base: &[usize; PARTIES],
-    element: usize,
-    shares: &[crate::ring::GaloisRingElement; PARTIES],
-) {
-    for (b, s) in base.iter().zip(shares) {
-        let at = b + 8 * element;
-        for (dst, c) in out[at..at + 8].chunks_exact_mut(2).zip(s.0) {
-            dst.copy_from_slice(&c.to_le_bytes());
-        }
-    }
 }
 
 /// Seals into a new vector; see [`seal_envelope`].
