@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Builds the sdk-orb firmware test image for a Cortex-M7 and runs it under QEMU (mps2-an500):
-# the SDK's conformance families replayed on the target, then one measured seal_envelope.
-# Prints the image's flash and static RAM, the stack high-water mark and the instruction count
-# of seal_envelope, and a cycle estimate. Exits non-zero if anything fails.
+# the SDK's conformance families replayed on the target, then one measured seal_envelope and
+# the instructions of each of its steps. Prints the image's flash and static RAM, the stack
+# high-water mark and the instruction count of seal_envelope, and a cycle estimate. Exits
+# non-zero if anything fails or seal_envelope's stack exceeds its budget.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+# The orb's budget for one seal_envelope.
+STACK_BUDGET_BYTES=16384
 
 rustup target add thumbv7em-none-eabihf >/dev/null
 if ! command -v qemu-system-arm >/dev/null 2>&1; then
@@ -45,5 +49,10 @@ if [ "$status" -ne 0 ]; then
 fi
 if ! grep -Eq '^[0-9]+ passed, 0 failed$' "$log" || [ -z "$insns" ]; then
   echo "firmware run incomplete: no clean summary line or no measurement" >&2
+  exit 1
+fi
+stack=$(sed -n 's/^seal_envelope stack bytes: \([0-9]*\)$/\1/p' "$log")
+if [ -z "$stack" ] || [ "$stack" -gt "$STACK_BUDGET_BYTES" ]; then
+  echo "seal_envelope stack ${stack:-unmeasured} bytes exceeds the budget of $STACK_BUDGET_BYTES" >&2
   exit 1
 fi

@@ -15,9 +15,9 @@ use crate::envelope::{
 use crate::keys::{Kem, NodePublicKeys, OrbSigningKey};
 use crate::layout::{CODE_ELEMENTS, MASK_ELEMENTS};
 use crate::ring::GaloisRingElement;
-use crate::shamir::{code_coefs, mask_coefs, share_element, write_element, RANDOMNESS_BLOCK};
+use crate::shamir::{plain_element, share_element, write_element, TemplatePart, RANDOMNESS_BLOCK};
 use crate::template::IrisTemplate;
-use crate::{PartyId, CODE_COEFS, MASK_COEFS, PARTIES};
+use crate::{PartyId, PARTIES};
 
 /// A sender's HPKE context after the KEM encapsulation and the key schedule.
 pub struct SenderContext(AeadCtxS<ChaCha20Poly1305, HkdfSha256, Kem>);
@@ -30,13 +30,14 @@ impl core::fmt::Debug for SenderContext {
 
 /// Coefficient extraction: the plain code and mask values of one eye.
 pub fn coefficients(template: &IrisTemplate) -> u16 {
-    let mut code = [0u16; CODE_COEFS];
-    let mut mask = [0u16; MASK_COEFS];
-    code_coefs(template, &mut code);
-    mask_coefs(template, &mut mask);
-    code.iter()
-        .chain(&mask)
-        .fold(0u16, |acc, &v| acc.wrapping_add(v))
+    let mut acc = 0u16;
+    for part in [TemplatePart::Code, TemplatePart::Mask] {
+        for e in 0..part.elements() {
+            let v = plain_element(template, part, e);
+            acc = acc.wrapping_add(v[0] ^ v[1] ^ v[2] ^ v[3]);
+        }
+    }
+    acc
 }
 
 /// Share randomness: what sharing one eye draws from `rng`.
