@@ -23,17 +23,27 @@ cargo build --release --locked -q
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 elf="$target_dir/thumbv7em-none-eabihf/release/ocelli-sdk-embedded"
+seal_only="$target_dir/thumbv7em-none-eabihf/release/ocelli-sdk-seal-only"
 
 python3 elf_sizes.py "$elf"
+# The SDK's own flash: an image that seals one person and holds no test vectors.
+python3 elf_sizes.py --flash "seal-only image" "$seal_only"
 
 # -icount shift=0: QEMU's virtual clock advances 1 ns per executed instruction, which the
 # image's timer reads (and calibrates against a loop of known length).
+qemu() {
+  timeout 120 qemu-system-arm -machine mps2-an500 -cpu cortex-m7 -nographic -monitor none \
+    -serial none -semihosting-config enable=on,target=native -icount shift=0 -kernel "$1"
+}
+if ! qemu "$seal_only"; then
+  echo "seal-only image failed to seal" >&2
+  exit 1
+fi
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-timeout 120 qemu-system-arm -machine mps2-an500 -cpu cortex-m7 -nographic -monitor none \
-  -serial none -semihosting-config enable=on,target=native -icount shift=0 \
-  -kernel "$elf" >"$log" 2>&1 || status=$?
+qemu "$elf" >"$log" 2>&1 || status=$?
 cat "$log"
 
 insns=$(sed -n 's/^seal_envelope instructions: \([0-9]*\)$/\1/p' "$log")
