@@ -11,10 +11,11 @@
 mod cases;
 mod checks;
 mod measure;
+mod runtime;
 mod steps;
 
 use cortex_m_rt::entry;
-use cortex_m_semihosting::{debug, hprintln};
+use cortex_m_semihosting::hprintln;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
 use sdk_orb::envelope::{seal_envelope, MAX_ENVELOPE_LEN};
@@ -116,39 +117,11 @@ pub fn template(p: &cases::Packed) -> sdk_orb::IrisTemplate {
 
 fn finish(passed: u32, failed: u32) -> ! {
     hprintln!("{} passed, {} failed", passed, failed);
-    debug::exit(if failed == 0 {
-        debug::EXIT_SUCCESS
-    } else {
-        debug::EXIT_FAILURE
-    });
-    loop {
-        cortex_m::asm::wfi();
-    }
+    runtime::exit(failed == 0)
 }
-
-/// Refuses every request. The SDK allocates nothing; aes-gcm (under hpke) enables its
-/// `alloc` feature by default, which links the `alloc` crate and so requires an allocator to
-/// exist. Any allocation would fail the run through the panic handler.
-struct NoAllocator;
-
-// SAFETY: `alloc` returns null, which GlobalAlloc allows to signal failure; `dealloc` is never
-// reached because no allocation ever succeeds.
-unsafe impl core::alloc::GlobalAlloc for NoAllocator {
-    unsafe fn alloc(&self, _: core::alloc::Layout) -> *mut u8 {
-        core::ptr::null_mut()
-    }
-
-    unsafe fn dealloc(&self, _: *mut u8, _: core::alloc::Layout) {}
-}
-
-#[global_allocator]
-static ALLOCATOR: NoAllocator = NoAllocator;
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     hprintln!("panic: {}", info);
-    debug::exit(debug::EXIT_FAILURE);
-    loop {
-        cortex_m::asm::wfi();
-    }
+    runtime::exit(false)
 }

@@ -5,14 +5,17 @@
 #![no_std]
 #![no_main]
 
+mod runtime;
+
 use cortex_m_rt::entry;
-use cortex_m_semihosting::debug;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore as _, SeedableRng as _};
 use sdk_orb::envelope::{seal_envelope, RequestMeta, MAX_ENVELOPE_LEN};
 use sdk_orb::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey};
 use sdk_orb::template::{IrisBits, IrisTemplate, TemplatePolicy, DEFAULT_VERSION, PACKED_BYTES};
 use sdk_orb::{RequestId, RequestType};
+
+use runtime::exit;
 
 #[entry]
 fn main() -> ! {
@@ -54,33 +57,6 @@ fn template(rng: &mut ChaCha20Rng) -> Option<IrisTemplate> {
     )
     .ok()
 }
-
-fn exit(success: bool) -> ! {
-    debug::exit(if success {
-        debug::EXIT_SUCCESS
-    } else {
-        debug::EXIT_FAILURE
-    });
-    loop {
-        cortex_m::asm::wfi();
-    }
-}
-
-/// Refuses every request, as in the test image: the SDK allocates nothing.
-struct NoAllocator;
-
-// SAFETY: `alloc` returns null, which GlobalAlloc allows to signal failure; `dealloc` is never
-// reached because no allocation ever succeeds.
-unsafe impl core::alloc::GlobalAlloc for NoAllocator {
-    unsafe fn alloc(&self, _: core::alloc::Layout) -> *mut u8 {
-        core::ptr::null_mut()
-    }
-
-    unsafe fn dealloc(&self, _: *mut u8, _: core::alloc::Layout) {}
-}
-
-#[global_allocator]
-static ALLOCATOR: NoAllocator = NoAllocator;
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
