@@ -60,6 +60,7 @@ pub const CALIBRATION_ITERATIONS: u32 = 1_000_000;
 pub struct Counter {
     /// Timer ticks of the calibration loop.
     pub loop_ticks: u32,
+    last_stack: core::cell::Cell<usize>,
 }
 
 impl Counter {
@@ -68,6 +69,7 @@ impl Counter {
         timer_start();
         Counter {
             loop_ticks: calibrate(CALIBRATION_ITERATIONS),
+            last_stack: core::cell::Cell::new(0),
         }
     }
 
@@ -76,13 +78,21 @@ impl Counter {
         u64::from(ticks) * 2 * u64::from(CALIBRATION_ITERATIONS) / u64::from(self.loop_ticks)
     }
 
-    /// Runs `f` and counts its instructions.
+    /// Runs `f` and counts its instructions; [`Counter::last_stack`] is then its stack.
     #[inline(never)]
     pub fn count<T>(&self, f: impl FnOnce() -> T) -> (T, u64) {
+        paint_stack();
+        let sp = cortex_m::register::msp::read() as usize;
         let start = timer_now();
         let out = f();
         let ticks = start.wrapping_sub(timer_now());
+        self.last_stack.set(stack_used_below(sp));
         (out, self.instructions(ticks))
+    }
+
+    /// Bytes of stack the last counted call used.
+    pub fn last_stack(&self) -> usize {
+        self.last_stack.get()
     }
 }
 

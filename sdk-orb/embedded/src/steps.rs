@@ -1,5 +1,5 @@
-//! The instructions of each step of `seal_envelope` on the fixture person, one line each:
-//! `step <name> instructions: N`, then their sum. Each step runs alone over the data the seal
+//! The instructions and the stack of each step of `seal_envelope` on the fixture person:
+//! `step <name> instructions: N` and `step <name> stack bytes: N`, then the instructions' sum. Each step runs alone over the data the seal
 //! gives it, so the sum differs from the whole seal by the glue between the steps. Last, one
 //! X-Wing encapsulation, not part of this seal.
 
@@ -26,6 +26,7 @@ pub fn measure(buf: &mut Buffers) -> Check {
     let mut report = |name: &str, n: u64| {
         total += n;
         hprintln!("step {} instructions: {}", name, n);
+        hprintln!("step {} stack bytes: {}", name, counter.last_stack());
     };
 
     let n = envelope_len(&s.request);
@@ -79,6 +80,10 @@ pub fn measure(buf: &mut Buffers) -> Check {
     let (ct, insns) = counter.count(|| ek.encapsulate_deterministic(&randomness));
     core::hint::black_box(ct);
     hprintln!("step xwing-encapsulation instructions: {}", insns);
+    hprintln!(
+        "step xwing-encapsulation stack bytes: {}",
+        counter.last_stack()
+    );
     Ok(())
 }
 
