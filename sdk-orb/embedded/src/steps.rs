@@ -3,7 +3,9 @@
 //! gives it, so the sum differs from the whole seal by the glue between the steps. Last, one
 //! X-Wing encapsulation, not part of this seal.
 
+use chacha20::cipher::{KeyIvInit as _, StreamCipher as _};
 use cortex_m_semihosting::hprintln;
+use poly1305::universal_hash::{KeyInit as _, UniversalHash as _};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
 use sdk_orb::envelope::{envelope_len, payload_len, EnvelopeError};
@@ -71,6 +73,21 @@ pub fn measure(buf: &mut Buffers) -> Check {
         core::hint::black_box(tag.map_err(seal_error)?);
     }
     hprintln!("steps total instructions: {}", total);
+
+    // The AEAD of party 0's payload split into its cipher and its MAC, apart from the total.
+    let payload = &mut buf.scratch[..payload_len(PartyId::ALL[0])];
+    let ((), insns) = counter.count(|| {
+        let mut cipher = chacha20::ChaCha20::new(&[1; 32].into(), &[2; 12].into());
+        cipher.apply_keystream(payload);
+    });
+    hprintln!("step aead-party0-chacha20 instructions: {}", insns);
+    let (tag, insns) = counter.count(|| {
+        let mut mac = poly1305::Poly1305::new(&[3; 32].into());
+        mac.update_padded(payload);
+        mac.finalize()
+    });
+    core::hint::black_box(tag);
+    hprintln!("step aead-party0-poly1305 instructions: {}", insns);
 
     // Envelope version 2's KEM, apart from the total above: one X-Wing encapsulation
     // (ML-KEM-768 and X25519), with the 64 bytes of randomness it draws given.
