@@ -1,7 +1,8 @@
 """Flash and static RAM of an ELF32 image, from its section headers.
 
 Flash: what the image stores (vector table, code, read-only data, initial values of .data).
-Static RAM: .data and .bss (and .uninit). Usage: python3 elf_sizes.py IMAGE.elf
+Static RAM: .data and .bss (and .uninit). Usage: python3 elf_sizes.py IMAGE.elf, or
+python3 elf_sizes.py --flash NAME IMAGE.elf for the one line `NAME flash bytes: N`.
 """
 import struct
 import sys
@@ -27,6 +28,10 @@ def sections(path):
 
 
 def main():
+    if sys.argv[1] == "--flash":
+        s = sections(sys.argv[3])
+        print(f"{sys.argv[2]} flash bytes: {sum(s.get(n, 0) for n in FLASH)}")
+        return
     s = sections(sys.argv[1])
     text = s.get(".vector_table", 0) + s.get(".text", 0)
     rodata = s.get(".rodata", 0)

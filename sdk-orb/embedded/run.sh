@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Builds the sdk-orb firmware test image for a Cortex-M7 and runs it under QEMU (mps2-an500):
-# the SDK's conformance families replayed on the target, then one measured seal_envelope.
-# Prints the image's flash and static RAM, the stack high-water mark and the instruction count
-# of seal_envelope, and a cycle estimate. Exits non-zero if anything fails.
+# the SDK's conformance families replayed on the target, then one measured seal_envelope and
+# the instructions of each of its steps. Prints the image's flash and static RAM, the stack
+# high-water mark and the instruction count of seal_envelope, and a cycle estimate. Exits
+# non-zero if anything fails or seal_envelope's stack exceeds its budget.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+# The orb's budget for one seal_envelope.
+STACK_BUDGET_BYTES=16384
 
 rustup target add thumbv7em-none-eabihf >/dev/null
 if ! command -v qemu-system-arm >/dev/null 2>&1; then
@@ -19,17 +23,27 @@ cargo build --release --locked -q
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked \
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 elf="$target_dir/thumbv7em-none-eabihf/release/ocelli-sdk-embedded"
+seal_only="$target_dir/thumbv7em-none-eabihf/release/ocelli-sdk-seal-only"
 
 python3 elf_sizes.py "$elf"
+# The SDK's own flash: an image that seals one person and holds no test vectors.
+python3 elf_sizes.py --flash "seal-only image" "$seal_only"
 
 # -icount shift=0: QEMU's virtual clock advances 1 ns per executed instruction, which the
 # image's timer reads (and calibrates against a loop of known length).
+qemu() {
+  timeout 120 qemu-system-arm -machine mps2-an500 -cpu cortex-m7 -nographic -monitor none \
+    -serial none -semihosting-config enable=on,target=native -icount shift=0 -kernel "$1"
+}
+if ! qemu "$seal_only"; then
+  echo "seal-only image failed to seal" >&2
+  exit 1
+fi
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-timeout 120 qemu-system-arm -machine mps2-an500 -cpu cortex-m7 -nographic -monitor none \
-  -serial none -semihosting-config enable=on,target=native -icount shift=0 \
-  -kernel "$elf" >"$log" 2>&1 || status=$?
+qemu "$elf" >"$log" 2>&1 || status=$?
 cat "$log"
 
 insns=$(sed -n 's/^seal_envelope instructions: \([0-9]*\)$/\1/p' "$log")
@@ -45,5 +59,10 @@ if [ "$status" -ne 0 ]; then
 fi
 if ! grep -Eq '^[0-9]+ passed, 0 failed$' "$log" || [ -z "$insns" ]; then
   echo "firmware run incomplete: no clean summary line or no measurement" >&2
+  exit 1
+fi
+stack=$(sed -n 's/^seal_envelope stack bytes: \([0-9]*\)$/\1/p' "$log")
+if [ -z "$stack" ] || [ "$stack" -gt "$STACK_BUDGET_BYTES" ]; then
+  echo "seal_envelope stack ${stack:-unmeasured} bytes exceeds the budget of $STACK_BUDGET_BYTES" >&2
   exit 1
 fi

@@ -16,6 +16,18 @@ pub const MASK_ELEMENTS: usize = crate::MASK_COEFS / 4;
 /// Ring elements per rotation chunk: one per column.
 pub const CHUNK_ELEMENTS: usize = COLUMNS;
 
+/// Plain bits between consecutive coefficients of one ring element (four rows).
+pub const ELEMENT_BIT_STRIDE: usize = 3200;
+
+/// The plain bit held by coefficient 0 of ring element `element`; its coefficient `k` holds
+/// bit `element_bit_base(element) + k * ELEMENT_BIT_STRIDE`.
+///
+/// # Panics
+/// If `element >= 3_200`.
+pub const fn element_bit_base(element: usize) -> usize {
+    plain_bit_index(4 * element)
+}
+
 /// The plain bit index held by ring coefficient `coef`.
 ///
 /// # Panics
@@ -60,6 +72,16 @@ mod tests {
         for (i, &bit) in PLAIN_BIT_INDEX.iter().enumerate() {
             let part = bit % 2;
             assert_eq!(part == 0, i < crate::MASK_COEFS);
+        }
+    }
+
+    #[test]
+    fn an_elements_coefficients_are_one_stride_apart() {
+        for e in 0..CODE_ELEMENTS {
+            for k in 0..4 {
+                let bit = element_bit_base(e) + k * ELEMENT_BIT_STRIDE;
+                assert_eq!(bit, plain_bit_index(4 * e + k));
+            }
         }
     }
 

@@ -41,6 +41,9 @@ mod pb;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(feature = "measure-steps")]
+#[doc(hidden)]
+pub mod steps;
 
 pub use envelope::{EnvelopeError, RequestMeta};
 pub use shamir::{CodeShare, EyeShares, MaskShare, PartyShares};

@@ -8,8 +8,7 @@
 use rand_core::{CryptoRng, RngCore};
 use zeroize::Zeroize;
 
-use crate::layout::PLAIN_BIT_INDEX;
-use crate::plaintext::masked_value;
+use crate::layout::{element_bit_base, CODE_ELEMENTS, ELEMENT_BIT_STRIDE, MASK_ELEMENTS};
 use crate::ring::GaloisRingElement;
 use crate::template::IrisTemplate;
 use crate::{PartyId, CODE_COEFS, MASK_COEFS, PARTIES};
@@ -155,19 +154,68 @@ impl PartyShares {
     }
 }
 
+/// Which part of a template a share holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplatePart {
+    /// The masked code: [`CODE_COEFS`] coefficients.
+    Code,
+    /// The trimmed mask: [`MASK_COEFS`] coefficients.
+    Mask,
+}
+
+impl TemplatePart {
+    /// Ring elements of this part's share.
+    pub const fn elements(self) -> usize {
+        match self {
+            TemplatePart::Code => CODE_ELEMENTS,
+            TemplatePart::Mask => MASK_ELEMENTS,
+        }
+    }
+}
+
+/// The plain values of ring element `element` of `part`: masked code values
+/// (see [`masked_value`](crate::plaintext::masked_value)) or 0/1 mask bits.
+///
+/// # Panics
+/// If `element >= part.elements()`.
+pub fn plain_element(template: &IrisTemplate, part: TemplatePart, element: usize) -> [u16; 4] {
+    assert!(element < part.elements());
+    // The element's four bits sit at one position of four words a stride apart; that position
+    // is read from the word's 32-bit half that holds it, as shifts of u64 by a variable amount
+    // are long on 32-bit cores.
+    let base = element_bit_base(element);
+    let (word, high) = (base / 64, base % 64 < 32);
+    let shift = 31 - (base % 32) as u32;
+    let stride = ELEMENT_BIT_STRIDE / 64;
+    let bit = |w: &[u64], k: usize| {
+        let w = w[word + k * stride];
+        let half = if high { (w >> 32) as u32 } else { w as u32 };
+        ((half >> shift) & 1) as u16
+    };
+    let (code, mask) = (template.code().words(), template.mask().words());
+    core::array::from_fn(|k| {
+        let m = bit(mask, k);
+        match part {
+            TemplatePart::Code => m.wrapping_sub(2 * (bit(code, k) & m)),
+            TemplatePart::Mask => m,
+        }
+    })
+}
+
+fn plain_coefs(template: &IrisTemplate, part: TemplatePart, out: &mut [u16]) {
+    for (e, v) in out.chunks_exact_mut(4).enumerate() {
+        v.copy_from_slice(&plain_element(template, part, e));
+    }
+}
+
 /// Plain values of the masked code in the packed coefficient order.
 pub fn code_coefs(template: &IrisTemplate, out: &mut [u16; CODE_COEFS]) {
-    for (v, &bit) in out.iter_mut().zip(PLAIN_BIT_INDEX.iter()) {
-        let bit = bit as usize;
-        *v = masked_value(template.code().get(bit), template.mask().get(bit));
-    }
+    plain_coefs(template, TemplatePart::Code, out);
 }
 
 /// Plain 0/1 values of the trimmed mask in the packed coefficient order.
 pub fn mask_coefs(template: &IrisTemplate, out: &mut [u16; MASK_COEFS]) {
-    for (v, &bit) in out.iter_mut().zip(PLAIN_BIT_INDEX.iter()) {
-        *v = template.mask().get(bit as usize) as u16;
-    }
+    plain_coefs(template, TemplatePart::Mask, out);
 }
 
 /// The three shares of one element with plain values `a` and randomness `r`.
@@ -178,7 +226,7 @@ pub fn share_element(a: &[u16; 4], r: GaloisRingElement) -> [GaloisRingElement; 
 }
 
 /// Elements drawn from the RNG per call to `fill_bytes`.
-const RANDOMNESS_BLOCK: usize = 64;
+pub(crate) const RANDOMNESS_BLOCK: usize = 64;
 
 /// Shares the plain coefficients `plain` (a multiple of 4 long) with fresh randomness from
 /// `rng`, handing each element's three shares to `sink(element_index, shares)`. The building
@@ -204,6 +252,59 @@ where
     bytes.zeroize();
 }
 
+/// Shares `part` of `template` with fresh randomness from `rng`, producing each element's plain
+/// values only when it is shared, and hands each element's three shares to
+/// `sink(element_index, shares)` in element order. Draws the same randomness in the same
+/// order as [`share_with_sink`] over [`code_coefs`] or [`mask_coefs`], so the shares are
+/// identical; holds one randomness block, never a whole part, on the stack. Sharing a person
+/// is this for the left eye's code, its mask, then the right eye's.
+pub fn share_template_streaming<R, F>(
+    rng: &mut R,
+    template: &IrisTemplate,
+    part: TemplatePart,
+    mut sink: F,
+) where
+    R: RngCore + CryptoRng,
+    F: FnMut(usize, &[GaloisRingElement; PARTIES]),
+{
+    let mut bytes = [0u8; 8 * RANDOMNESS_BLOCK];
+    let mut plain = [0u16; 4];
+    let mut shares = [GaloisRingElement::ZERO; PARTIES];
+    for first in (0..part.elements()).step_by(RANDOMNESS_BLOCK) {
+        rng.fill_bytes(&mut bytes);
+        let count = RANDOMNESS_BLOCK.min(part.elements() - first);
+        for (j, rb) in bytes.chunks_exact(8).take(count).enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(rb);
+            plain = plain_element(template, part, first + j);
+            shares = share_element(&plain, GaloisRingElement::from_le_bytes(&b));
+            sink(first + j, &shares);
+        }
+    }
+    bytes.zeroize();
+    plain.zeroize();
+    shares.zeroize();
+}
+
+/// Writes one element's three shares little-endian into a byte buffer: party `p`'s share of
+/// element `element` at `base[p] + 8 * element` (share arrays serialised in place).
+///
+/// # Panics
+/// If a destination lies outside `out`.
+pub fn write_element(
+    out: &mut [u8],
+    base: &[usize; PARTIES],
+    element: usize,
+    shares: &[GaloisRingElement; PARTIES],
+) {
+    for (b, s) in base.iter().zip(shares) {
+        let at = b + 8 * element;
+        for (dst, c) in out[at..at + 8].chunks_exact_mut(2).zip(s.0) {
+            dst.copy_from_slice(&c.to_le_bytes());
+        }
+    }
+}
+
 /// Shares plain coefficients with explicitly given randomness, one element of `randomness`
 /// per ring element. Hazardous: only for known-answer vectors and tests; real sharing must
 /// use fresh randomness ([`share_eye`]).
@@ -226,28 +327,22 @@ pub fn hazmat_share_with_randomness(
     }
 }
 
-/// Shares one eye for the three parties into `out[party]`.
+/// Shares one eye for the three parties into `out[party]`: the code, then the mask.
 pub fn share_eye<R: RngCore + CryptoRng>(
     rng: &mut R,
     template: &IrisTemplate,
     out: &mut [EyeShares; PARTIES],
 ) {
-    let mut plain = [0u16; CODE_COEFS];
-    code_coefs(template, &mut plain);
-    share_with_sink(rng, &plain, |e, shares| {
+    share_template_streaming(rng, template, TemplatePart::Code, |e, shares| {
         for (o, s) in out.iter_mut().zip(shares) {
             o.code.0[4 * e..4 * e + 4].copy_from_slice(&s.0);
         }
     });
-    let mut mask = [0u16; MASK_COEFS];
-    mask_coefs(template, &mut mask);
-    share_with_sink(rng, &mask, |e, shares| {
+    share_template_streaming(rng, template, TemplatePart::Mask, |e, shares| {
         for (o, s) in out.iter_mut().zip(shares) {
             o.mask.0[4 * e..4 * e + 4].copy_from_slice(&s.0);
         }
     });
-    plain.zeroize();
-    mask.zeroize();
 }
 
 /// The degree-1 Lagrange coefficient of party `p`'s share for evaluating at `at` from the

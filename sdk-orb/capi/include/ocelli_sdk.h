@@ -264,7 +264,7 @@ OcelliStatus ocelli_orb_public_key(const OcelliOrbSigningKey *key, uint8_t *publ
  * Seals a person (`left`, `right`) for the three nodes and signs the envelope, into
  * `out[0..out_len]`; the length written goes to `*written` (`ocelli_envelope_len(request)`,
  * at most `OCELLI_MAX_ENVELOPE_LEN`). Randomness comes from `rng(rng_ctx, ...)`. On any
- * failure nothing sealed is left in `out`. Uses about 44 KB of stack.
+ * failure nothing sealed is left in `out`. Uses about 5 KB of stack.
  *
  * # Safety
  * Every pointer is valid for its type (`out` for `out_len` writable bytes) and `out` does not

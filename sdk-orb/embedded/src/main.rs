@@ -1,6 +1,6 @@
 //! Firmware test image for a Cortex-M7 (QEMU `mps2-an500`): replays sdk-orb's conformance
 //! families on the target, seals the fixture person of `envelope_sealing` vector 1 under
-//! measurement, and reports over semihosting. The last line is `N passed, M failed`; the
+//! measurement, counts the instructions of each of its steps, and reports over semihosting. The last line is `N passed, M failed`; the
 //! semihosting exit status is non-zero on any failure.
 #![no_std]
 #![no_main]
@@ -11,9 +11,11 @@
 mod cases;
 mod checks;
 mod measure;
+mod runtime;
+mod steps;
 
 use cortex_m_rt::entry;
-use cortex_m_semihosting::{debug, hprintln};
+use cortex_m_semihosting::hprintln;
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
 use sdk_orb::envelope::{seal_envelope, MAX_ENVELOPE_LEN};
@@ -21,9 +23,6 @@ use sdk_orb::shamir::PartyShares;
 
 use cases::{Case, CASES};
 use checks::{Buffers, Check};
-
-/// Iterations of the calibration loop (two instructions each).
-const CALIBRATION_ITERATIONS: u32 = 1_000_000;
 
 #[entry]
 fn main() -> ! {
@@ -51,18 +50,25 @@ fn main() -> ! {
         tally(v.family, v.id, checks::run(v, &mut buf));
     }
     tally("measured seal", 1, measured_seal(&mut buf));
+    tally("measured steps", 1, steps::measure(&mut buf));
     finish(passed, failed)
+}
+
+/// The fixture person: `envelope_sealing` vector 1.
+pub fn fixture() -> Result<&'static cases::Seal, checks::Fail> {
+    CASES
+        .iter()
+        .find_map(|v| match v.case {
+            Case::Seal(s) if v.id == 1 => Some(s),
+            _ => None,
+        })
+        .ok_or_else(|| checks::Fail::msg("no envelope_sealing vector 1"))
 }
 
 /// Seals `envelope_sealing` vector 1 with the stack painted and the timer running, prints
 /// the figures, and checks the bytes.
 fn measured_seal(buf: &mut Buffers) -> Check {
-    let Some(s) = CASES.iter().find_map(|v| match v.case {
-        Case::Seal(s) if v.id == 1 => Some(s),
-        _ => None,
-    }) else {
-        return Err(checks::Fail::msg("no envelope_sealing vector 1"));
-    };
+    let s = fixture()?;
     let (_, public, orb) = checks::keys(&s.keys)?;
     let left = template(&s.left);
     let right = template(&s.right);
@@ -70,8 +76,7 @@ fn measured_seal(buf: &mut Buffers) -> Check {
     buf.envelope.fill(0xA5);
     let out = &mut buf.envelope[..];
 
-    measure::timer_start();
-    let loop_ticks = measure::calibrate(CALIBRATION_ITERATIONS);
+    let counter = measure::Counter::start();
     measure::paint_stack();
     let sp = cortex_m::register::msp::read() as usize;
     let start = measure::timer_now();
@@ -79,13 +84,13 @@ fn measured_seal(buf: &mut Buffers) -> Check {
     let ticks = start.wrapping_sub(measure::timer_now());
     let stack = measure::stack_used_below(sp);
 
-    let insns = u64::from(ticks) * 2 * u64::from(CALIBRATION_ITERATIONS) / u64::from(loop_ticks);
+    let insns = counter.instructions(ticks);
     hprintln!("seal_envelope stack bytes: {}", stack);
     hprintln!(
         "seal_envelope timer ticks: {} (calibration: {} ticks for {} instructions)",
         ticks,
-        loop_ticks,
-        2 * CALIBRATION_ITERATIONS
+        counter.loop_ticks,
+        2 * measure::CALIBRATION_ITERATIONS
     );
     hprintln!("seal_envelope instructions: {}", insns);
     let n = match sealed {
@@ -99,7 +104,7 @@ fn measured_seal(buf: &mut Buffers) -> Check {
     checks::check_sealed(s, &buf.envelope[..], n)
 }
 
-fn template(p: &cases::Packed) -> sdk_orb::IrisTemplate {
+pub fn template(p: &cases::Packed) -> sdk_orb::IrisTemplate {
     // The vector templates are valid; a failure shows as a byte mismatch in check_sealed.
     sdk_orb::IrisTemplate::new(
         sdk_orb::IrisBits::from_packed(p.code),
@@ -112,39 +117,11 @@ fn template(p: &cases::Packed) -> sdk_orb::IrisTemplate {
 
 fn finish(passed: u32, failed: u32) -> ! {
     hprintln!("{} passed, {} failed", passed, failed);
-    debug::exit(if failed == 0 {
-        debug::EXIT_SUCCESS
-    } else {
-        debug::EXIT_FAILURE
-    });
-    loop {
-        cortex_m::asm::wfi();
-    }
+    runtime::exit(failed == 0)
 }
-
-/// Refuses every request. The SDK allocates nothing; aes-gcm (under hpke) enables its
-/// `alloc` feature by default, which links the `alloc` crate and so requires an allocator to
-/// exist. Any allocation would fail the run through the panic handler.
-struct NoAllocator;
-
-// SAFETY: `alloc` returns null, which GlobalAlloc allows to signal failure; `dealloc` is never
-// reached because no allocation ever succeeds.
-unsafe impl core::alloc::GlobalAlloc for NoAllocator {
-    unsafe fn alloc(&self, _: core::alloc::Layout) -> *mut u8 {
-        core::ptr::null_mut()
-    }
-
-    unsafe fn dealloc(&self, _: *mut u8, _: core::alloc::Layout) {}
-}
-
-#[global_allocator]
-static ALLOCATOR: NoAllocator = NoAllocator;
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     hprintln!("panic: {}", info);
-    debug::exit(debug::EXIT_FAILURE);
-    loop {
-        cortex_m::asm::wfi();
-    }
+    runtime::exit(false)
 }

@@ -1,5 +1,5 @@
-//! What `run.sh` reports about one `seal_envelope`: the stack it uses (the stack painted with
-//! a pattern before the call, scanned after) and the instructions it executes (QEMU runs with
+//! What `run.sh` reports about `seal_envelope` and its steps: the stack used (the stack painted
+//! with a pattern before the call, scanned after) and the instructions executed (QEMU runs with
 //! `-icount shift=0`, so its virtual clock advances one nanosecond per instruction; the CMSDK
 //! timer at 0x4000_0000 counts that clock, and a loop of known length calibrates it).
 
@@ -51,6 +51,49 @@ pub fn calibrate(iterations: u32) -> u32 {
         );
     }
     start.wrapping_sub(timer_now())
+}
+
+/// Iterations of the calibration loop (two instructions each).
+pub const CALIBRATION_ITERATIONS: u32 = 1_000_000;
+
+/// Instruction counts from the calibrated timer.
+pub struct Counter {
+    /// Timer ticks of the calibration loop.
+    pub loop_ticks: u32,
+    last_stack: core::cell::Cell<usize>,
+}
+
+impl Counter {
+    /// Starts the timer and calibrates it.
+    pub fn start() -> Counter {
+        timer_start();
+        Counter {
+            loop_ticks: calibrate(CALIBRATION_ITERATIONS),
+            last_stack: core::cell::Cell::new(0),
+        }
+    }
+
+    /// Instructions executed in `ticks` timer ticks.
+    pub fn instructions(&self, ticks: u32) -> u64 {
+        u64::from(ticks) * 2 * u64::from(CALIBRATION_ITERATIONS) / u64::from(self.loop_ticks)
+    }
+
+    /// Runs `f` and counts its instructions; [`Counter::last_stack`] is then its stack.
+    #[inline(never)]
+    pub fn count<T>(&self, f: impl FnOnce() -> T) -> (T, u64) {
+        paint_stack();
+        let sp = cortex_m::register::msp::read() as usize;
+        let start = timer_now();
+        let out = f();
+        let ticks = start.wrapping_sub(timer_now());
+        self.last_stack.set(stack_used_below(sp));
+        (out, self.instructions(ticks))
+    }
+
+    /// Bytes of stack the last counted call used.
+    pub fn last_stack(&self) -> usize {
+        self.last_stack.get()
+    }
 }
 
 fn stack_floor() -> usize {

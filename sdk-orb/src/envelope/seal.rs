@@ -8,9 +8,9 @@ use rand_core::{CryptoRng, RngCore};
 use zeroize::Zeroize;
 
 use crate::keys::{Kem, NodePublicKeys, OrbSigningKey};
-use crate::shamir::{code_coefs, mask_coefs, share_with_sink, PartyShares};
+use crate::shamir::{share_template_streaming, write_element, PartyShares, TemplatePart};
 use crate::template::IrisTemplate;
-use crate::{PartyId, RequestId, CODE_COEFS, MASK_COEFS, PARTIES};
+use crate::{PartyId, RequestId, PARTIES};
 
 use super::format::*;
 
@@ -71,20 +71,14 @@ pub fn seal_envelope<R: RngCore + CryptoRng>(
             mask_at[eye][party.index()] = start + pl.mask[eye];
         }
     }
-    let mut code_plain = [0u16; CODE_COEFS];
-    let mut mask_plain = [0u16; MASK_COEFS];
     for (eye, template) in [left, right].into_iter().enumerate() {
-        code_coefs(template, &mut code_plain);
-        share_with_sink(rng, &code_plain, |e, shares| {
+        share_template_streaming(rng, template, TemplatePart::Code, |e, shares| {
             write_element(out, &code_at[eye], e, shares)
         });
-        mask_coefs(template, &mut mask_plain);
-        share_with_sink(rng, &mask_plain, |e, shares| {
+        share_template_streaming(rng, template, TemplatePart::Mask, |e, shares| {
             write_element(out, &mask_at[eye], e, shares)
         });
     }
-    code_plain.zeroize();
-    mask_plain.zeroize();
 
     seal_and_sign(rng, meta, nodes, orb, out, &layout)?;
     Ok(n)
@@ -170,20 +164,6 @@ pub(crate) fn seal_and_sign<R: RngCore + CryptoRng>(
     let signature = orb.0.sign(&d.0);
     out[layout.sig..layout.sig + SIGNATURE_BYTES].copy_from_slice(&signature.to_bytes());
     Ok(())
-}
-
-pub(crate) fn write_element(
-    out: &mut [u8],
-    base: &[usize; PARTIES],
-    element: usize,
-    shares: &[crate::ring::GaloisRingElement; PARTIES],
-) {
-    for (b, s) in base.iter().zip(shares) {
-        let at = b + 8 * element;
-        for (dst, c) in out[at..at + 8].chunks_exact_mut(2).zip(s.0) {
-            dst.copy_from_slice(&c.to_le_bytes());
-        }
-    }
 }
 
 /// Seals into a new vector; see [`seal_envelope`].

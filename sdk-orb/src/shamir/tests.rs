@@ -152,6 +152,63 @@ fn share_eye_agrees_with_explicit_randomness_from_the_same_stream() {
     }
 }
 
+#[test]
+fn plain_elements_are_the_masked_bits_the_layout_places() {
+    let mut rng = ChaCha20Rng::seed_from_u64(25);
+    for masked in [0.0, 0.3, 1.0] {
+        let t = random(&mut rng, masked);
+        for e in 0..TemplatePart::Code.elements() {
+            let want: [u16; 4] = core::array::from_fn(|k| {
+                let bit = crate::layout::PLAIN_BIT_INDEX[4 * e + k] as usize;
+                crate::plaintext::masked_value(t.code().get(bit), t.mask().get(bit))
+            });
+            assert_eq!(
+                plain_element(&t, TemplatePart::Code, e),
+                want,
+                "code element {e}"
+            );
+        }
+        for e in 0..TemplatePart::Mask.elements() {
+            let want: [u16; 4] = core::array::from_fn(|k| {
+                t.mask()
+                    .get(crate::layout::PLAIN_BIT_INDEX[4 * e + k] as usize) as u16
+            });
+            assert_eq!(
+                plain_element(&t, TemplatePart::Mask, e),
+                want,
+                "mask element {e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn streaming_shares_equal_sharing_the_extracted_coefficients() {
+    let mut rng = ChaCha20Rng::seed_from_u64(26);
+    let t = random(&mut rng, 0.2);
+    let mut code = [0u16; CODE_COEFS];
+    code_coefs(&t, &mut code);
+    let mut mask = [0u16; MASK_COEFS];
+    mask_coefs(&t, &mut mask);
+    for (part, plain) in [
+        (TemplatePart::Code, &code[..]),
+        (TemplatePart::Mask, &mask[..]),
+    ] {
+        let mut want = Vec::new();
+        let mut a = ChaCha20Rng::seed_from_u64(27);
+        share_with_sink(&mut a, plain, |e, s| want.push((e, *s)));
+        let mut got = Vec::new();
+        let mut b = ChaCha20Rng::seed_from_u64(27);
+        share_template_streaming(&mut b, &t, part, |e, s| got.push((e, *s)));
+        assert_eq!(got, want, "{part:?}");
+        assert_eq!(
+            b.get_word_pos(),
+            a.get_word_pos(),
+            "{part:?}: randomness drawn"
+        );
+    }
+}
+
 /// Chi-squared statistic of byte values against the uniform distribution (255 degrees of
 /// freedom: mean 255, standard deviation about 22.6).
 fn chi_squared_bytes(values: impl Iterator<Item = u16>) -> f64 {

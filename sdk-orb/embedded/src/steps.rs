@@ -1,0 +1,114 @@
+//! The instructions and the stack of each step of `seal_envelope` on the fixture person:
+//! `step <name> instructions: N` and `step <name> stack bytes: N`, then the instructions' sum. Each step runs alone over the data the seal
+//! gives it, so the sum differs from the whole seal by the glue between the steps. Last, one
+//! X-Wing encapsulation, not part of this seal.
+
+use chacha20::cipher::{KeyIvInit as _, StreamCipher as _};
+use cortex_m_semihosting::hprintln;
+use poly1305::universal_hash::{KeyInit as _, UniversalHash as _};
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng as _;
+use sdk_orb::envelope::{envelope_len, payload_len, EnvelopeError};
+use sdk_orb::ring::GaloisRingElement;
+use sdk_orb::steps;
+use sdk_orb::PartyId;
+
+use crate::checks::{self, Buffers, Check};
+use crate::measure::Counter;
+
+/// Counts and prints every step; the envelope buffer must hold the sealed fixture envelope.
+pub fn measure(buf: &mut Buffers) -> Check {
+    let s = crate::fixture()?;
+    let (_, public, orb) = checks::keys(&s.keys)?;
+    let left = crate::template(&s.left);
+    let right = crate::template(&s.right);
+    let mut rng = ChaCha20Rng::from_seed(s.rng_seed);
+    let counter = Counter::start();
+    let mut total = 0u64;
+    let mut report = |name: &str, n: u64| {
+        total += n;
+        hprintln!("step {} instructions: {}", name, n);
+        hprintln!("step {} stack bytes: {}", name, counter.last_stack());
+    };
+
+    let n = envelope_len(&s.request);
+    let (d, insns) =
+        counter.count(|| steps::envelope_digest(&s.request, &orb, &mut buf.envelope[..n]));
+    report("digest", insns);
+    let (sig, insns) = counter.count(|| steps::signature(&orb, &d));
+    report("signature", insns);
+    if sig != s.signature || d.0 != s.digest {
+        return Err(checks::Fail::msg(
+            "digest or signature differs from the vector",
+        ));
+    }
+
+    let (sum, insns) = counter.count(|| steps::coefficients(&left) ^ steps::coefficients(&right));
+    report("coefficients", insns);
+    core::hint::black_box(sum);
+    let (sum, insns) = counter.count(|| steps::randomness(&mut rng) ^ steps::randomness(&mut rng));
+    report("randomness", insns);
+    core::hint::black_box(sum);
+    let bytes = core::hint::black_box([0x5Au8; 512]);
+    let plain = core::hint::black_box([1u16, 0xFFFF, 0, 1]);
+    let (sum, insns) =
+        counter.count(|| steps::sharing(&plain, &bytes) + steps::sharing(&plain, &bytes));
+    report("sharing", insns);
+    core::hint::black_box(sum);
+    let shares = core::hint::black_box([GaloisRingElement([1, 2, 3, 4]); 3]);
+    let ((), insns) = counter.count(|| steps::payload(&s.request, &shares, &mut buf.envelope[..]));
+    report("payload", insns);
+
+    let mut rng = ChaCha20Rng::from_seed(s.rng_seed);
+    for party in PartyId::ALL {
+        let mut enc = [0u8; 32];
+        let (ctx, insns) =
+            counter.count(|| steps::kem(&mut rng, &s.request, &public, party, &mut enc));
+        report(KEM[party.index()], insns);
+        let mut ctx = ctx.map_err(seal_error)?;
+        let len = payload_len(party);
+        let payload = &mut buf.scratch[..len];
+        let (tag, insns) = counter.count(|| steps::aead(&mut ctx, &s.request, &orb, payload));
+        report(AEAD[party.index()], insns);
+        core::hint::black_box(tag.map_err(seal_error)?);
+    }
+    hprintln!("steps total instructions: {}", total);
+
+    // The AEAD of party 0's payload split into its cipher and its MAC, apart from the total.
+    let payload = &mut buf.scratch[..payload_len(PartyId::ALL[0])];
+    let ((), insns) = counter.count(|| {
+        let mut cipher = chacha20::ChaCha20::new(&[1; 32].into(), &[2; 12].into());
+        cipher.apply_keystream(payload);
+    });
+    hprintln!("step aead-party0-chacha20 instructions: {}", insns);
+    let (tag, insns) = counter.count(|| {
+        let mut mac = poly1305::Poly1305::new(&[3; 32].into());
+        mac.update_padded(payload);
+        mac.finalize()
+    });
+    core::hint::black_box(tag);
+    hprintln!("step aead-party0-poly1305 instructions: {}", insns);
+
+    // Envelope version 2's KEM, apart from the total above: one X-Wing encapsulation
+    // (ML-KEM-768 and X25519), with the 64 bytes of randomness it draws given.
+    let dk = x_wing::DecapsulationKey::from([0x58; 32]);
+    let ek = x_wing::Decapsulator::encapsulation_key(&dk);
+    let randomness = core::hint::black_box([0x42u8; 64]).into();
+    let (ct, insns) = counter.count(|| ek.encapsulate_deterministic(&randomness));
+    core::hint::black_box(ct);
+    hprintln!("step xwing-encapsulation instructions: {}", insns);
+    hprintln!(
+        "step xwing-encapsulation stack bytes: {}",
+        counter.last_stack()
+    );
+    Ok(())
+}
+
+const KEM: [&str; 3] = ["kem-party0", "kem-party1", "kem-party2"];
+const AEAD: [&str; 3] = ["aead-party0", "aead-party1", "aead-party2"];
+
+fn seal_error(e: EnvelopeError) -> checks::Fail {
+    let mut s = heapless::String::new();
+    let _ = core::fmt::Write::write_fmt(&mut s, format_args!("step: {e:?}"));
+    checks::Fail(s)
+}

@@ -1,0 +1,159 @@
+//! The steps of [`seal_envelope`](crate::envelope::seal_envelope), each callable alone, so the
+//! firmware image can count the instructions of each. Not an API: a step does its work over
+//! the same amount of data as the seal, without the checks and zeroizing around it.
+
+use ed25519_dalek::Signer as _;
+use hpke::aead::{AeadCtxS, ChaCha20Poly1305};
+use hpke::kdf::HkdfSha256;
+use hpke::{OpModeS, Serializable};
+use rand_core::{CryptoRng, RngCore};
+
+use crate::envelope::{
+    digest, payload_len, write_envelope_layout, write_payload_layout, EnvelopeDigest,
+    EnvelopeError, RequestMeta, ENCAPSULATED_KEY_BYTES, SIGNATURE_BYTES,
+};
+use crate::keys::{Kem, NodePublicKeys, OrbSigningKey};
+use crate::layout::{CODE_ELEMENTS, MASK_ELEMENTS};
+use crate::ring::GaloisRingElement;
+use crate::shamir::{plain_element, share_element, write_element, TemplatePart, RANDOMNESS_BLOCK};
+use crate::template::IrisTemplate;
+use crate::{PartyId, PARTIES};
+
+/// A sender's HPKE context after the KEM encapsulation and the key schedule.
+pub struct SenderContext(AeadCtxS<ChaCha20Poly1305, HkdfSha256, Kem>);
+
+impl core::fmt::Debug for SenderContext {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SenderContext").finish_non_exhaustive()
+    }
+}
+
+/// Coefficient extraction: the plain code and mask values of one eye.
+pub fn coefficients(template: &IrisTemplate) -> u16 {
+    let mut acc = 0u16;
+    for part in [TemplatePart::Code, TemplatePart::Mask] {
+        for e in 0..part.elements() {
+            let v = plain_element(template, part, e);
+            acc = acc.wrapping_add(v[0] ^ v[1] ^ v[2] ^ v[3]);
+        }
+    }
+    acc
+}
+
+/// Share randomness: what sharing one eye draws from `rng`.
+pub fn randomness<R: RngCore + CryptoRng>(rng: &mut R) -> u8 {
+    let mut bytes = [0u8; 8 * RANDOMNESS_BLOCK];
+    let mut acc = 0u8;
+    for _ in 0..(CODE_ELEMENTS + MASK_ELEMENTS) / RANDOMNESS_BLOCK {
+        rng.fill_bytes(&mut bytes);
+        acc ^= bytes[0];
+    }
+    acc
+}
+
+/// Sharing arithmetic: one eye's elements shared with `plain` and the randomness in `bytes`.
+pub fn sharing(plain: &[u16; 4], bytes: &[u8; 8 * RANDOMNESS_BLOCK]) -> GaloisRingElement {
+    let mut acc = GaloisRingElement::ZERO;
+    for _ in 0..(CODE_ELEMENTS + MASK_ELEMENTS) / RANDOMNESS_BLOCK {
+        for rb in bytes.chunks_exact(8) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(rb);
+            let [s0, s1, s2] = share_element(plain, GaloisRingElement::from_le_bytes(&b));
+            acc += s0 + s1 + s2;
+        }
+    }
+    acc
+}
+
+/// Payload encoding: the three payloads' fields and both eyes' shares (all `shares`) written
+/// into `out` (at least the sum of the payload lengths).
+pub fn payload(meta: &RequestMeta, shares: &[GaloisRingElement; PARTIES], out: &mut [u8]) {
+    let mut start = 0;
+    let mut code_at = [[0usize; PARTIES]; 2];
+    let mut mask_at = [[0usize; PARTIES]; 2];
+    for party in PartyId::ALL {
+        let len = payload_len(party);
+        let pl = write_payload_layout(&mut out[start..start + len], party, &meta.request_id);
+        for eye in 0..2 {
+            code_at[eye][party.index()] = start + pl.code[eye];
+            mask_at[eye][party.index()] = start + pl.mask[eye];
+        }
+        start += len;
+    }
+    for eye in 0..2 {
+        for e in 0..CODE_ELEMENTS {
+            write_element(out, &code_at[eye], e, shares);
+        }
+        for e in 0..MASK_ELEMENTS {
+            write_element(out, &mask_at[eye], e, shares);
+        }
+    }
+}
+
+/// One party's KEM encapsulation and HPKE key schedule; writes the encapsulated key.
+///
+/// # Errors
+/// [`EnvelopeError::Encryption`] for an invalid node key.
+pub fn kem<R: RngCore + CryptoRng>(
+    rng: &mut R,
+    meta: &RequestMeta,
+    nodes: &NodePublicKeys,
+    party: PartyId,
+    encapsulated: &mut [u8; ENCAPSULATED_KEY_BYTES],
+) -> Result<SenderContext, EnvelopeError> {
+    let info = crate::envelope::hpke_info(party, &meta.request_id);
+    let (enc, ctx) = hpke::setup_sender::<ChaCha20Poly1305, HkdfSha256, Kem, R>(
+        &OpModeS::Base,
+        &nodes.0[party.index()].0,
+        &info,
+        rng,
+    )
+    .map_err(|_| EnvelopeError::Encryption)?;
+    enc.write_exact(encapsulated);
+    Ok(SenderContext(ctx))
+}
+
+/// One party's AEAD seal of `payload` in place under the envelope header.
+///
+/// # Errors
+/// [`EnvelopeError::Encryption`] if the context refuses.
+pub fn aead(
+    ctx: &mut SenderContext,
+    meta: &RequestMeta,
+    orb: &OrbSigningKey,
+    payload: &mut [u8],
+) -> Result<[u8; 16], EnvelopeError> {
+    let header = meta.header(&orb.verifying_key().to_bytes());
+    let tag = ctx
+        .0
+        .seal_in_place_detached(payload, &header)
+        .map_err(|_| EnvelopeError::Encryption)?;
+    let mut out = [0u8; 16];
+    tag.write_exact(&mut out);
+    Ok(out)
+}
+
+/// The envelope digest over the sealed envelope `envelope` (exactly `envelope_len(meta)`).
+pub fn envelope_digest(
+    meta: &RequestMeta,
+    orb: &OrbSigningKey,
+    envelope: &mut [u8],
+) -> EnvelopeDigest {
+    let orb_key = orb.verifying_key().to_bytes();
+    let layout = write_envelope_layout(envelope, meta, &orb_key);
+    let header = meta.header(&orb_key);
+    let region = |p: usize| {
+        let e = layout.enc[p];
+        let c = layout.ct[p];
+        (
+            &envelope[e..e + ENCAPSULATED_KEY_BYTES],
+            &envelope[c..c + crate::envelope::ciphertext_len(PartyId::ALL[p])],
+        )
+    };
+    digest(&header, [region(0), region(1), region(2)])
+}
+
+/// The orb's Ed25519 signature over the digest.
+pub fn signature(orb: &OrbSigningKey, d: &EnvelopeDigest) -> [u8; SIGNATURE_BYTES] {
+    orb.0.sign(&d.0).to_bytes()
+}
