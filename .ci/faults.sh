@@ -6,12 +6,15 @@
 #
 #   .ci/faults.sh        # the short set, as CI runs it (about a minute)
 #   .ci/faults.sh full   # every scenario at full length (about five minutes)
+#   .ci/faults.sh soak   # the bounded soak, release build: 30 minutes against 10,000 people
 #
-# OCELLI_FAULTS_ONLY=<text> runs only the scenarios whose name contains it.
+# OCELLI_FAULTS_ONLY=<text> runs only the scenarios whose name contains it. The soak reads
+# OCELLI_SOAK_MINUTES (30), OCELLI_SOAK_PEOPLE (10000), OCELLI_SOAK_RATE (requests per second,
+# 1) and writes its CSV and SVG to OCELLI_SOAK_OUT (target/soak).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 length=${1:-ci}
-case "$length" in ci | full) ;; *) echo "usage: $0 [ci|full]" >&2; exit 2 ;; esac
+case "$length" in ci | full | soak) ;; *) echo "usage: $0 [ci|full|soak]" >&2; exit 2 ;; esac
 if [ "$(id -u)" -ne 0 ]; then
   echo "the fault scenarios need root (network namespaces, a tmpfs mount)" >&2
   exit 1
@@ -42,5 +45,9 @@ if [ "$length" = full ] && [ -z "${OCELLI_TEST_POSTGRES:-}" ]; then
   trap '.ci/postgres.sh stop' EXIT
 fi
 
-OCELLI_FAULTS="$length" OCELLI_TOXIPROXY_SERVER="$tools/toxiproxy-server" \
-  cargo test --locked -p ocelli-node --test faults -- --nocapture
+export OCELLI_FAULTS="$length" OCELLI_TOXIPROXY_SERVER="$tools/toxiproxy-server"
+if [ "$length" = soak ]; then
+  cargo test --release --locked -p ocelli-node --test faults bounded_soak -- --nocapture
+else
+  cargo test --locked -p ocelli-node --test faults fault_scenarios -- --nocapture
+fi
