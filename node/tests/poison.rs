@@ -14,7 +14,7 @@ mod cluster;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cluster::{Cluster, Res};
 use ocelli_node::batch::{
@@ -219,4 +219,51 @@ async fn a_request_whose_evaluation_panics_is_quarantined_and_no_node_goes_down(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_whose_evaluation_fails_is_quarantined() -> Res {
     poison_is_quarantined_and_the_others_are_answered(Failure::TooFewOutcomes).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_failed_attempts_survive_a_restart_of_party_0() -> Res {
+    let evaluator = Poisoned::new(Failure::TooFewOutcomes);
+    let mut c = Cluster::start_with(evaluator.clone(), &|cfg| {
+        cfg.batch.max_failed_attempts = 1_000;
+        cfg.batch.request_timeout_ms = 60_000;
+    })
+    .await?;
+    let (env, poison) = envelope(&mut c);
+    evaluator.poison.lock().unwrap().insert(poison);
+    submit(&c, &[env]).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.state(0).store().failed_attempts(&poison)? < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "party 0 did not count two failures"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.stop_node(0).await?;
+    let config = c.configs[0].clone();
+    let counted = tokio::task::spawn_blocking(move || {
+        ocelli_node::node::open_store(&config)?.failed_attempts(&poison)
+    })
+    .await??;
+    assert!(counted >= 2);
+
+    // One more failure after the restart is the last one allowed.
+    c.configs[0].batch.max_failed_attempts = counted + 1;
+    let alone = evaluator.alone.load(Ordering::SeqCst);
+    c.restart_node(0).await?;
+    c.wait_drained(Duration::from_secs(60)).await?;
+    assert_eq!(
+        status_everywhere(&c, poison).await?,
+        ResultStatus::Quarantined
+    );
+    assert_eq!(c.state(0).store().failed_attempts(&poison)?, counted + 1);
+    assert_eq!(
+        evaluator.alone.load(Ordering::SeqCst) - alone,
+        3,
+        "one attempt after the restart, at each node"
+    );
+    c.assert_stores_agree();
+    c.stop_all().await?;
+    Ok(())
 }
