@@ -24,7 +24,7 @@ use ocelli_node::clock::now_ms;
 use ocelli_node::shares::ShareDb;
 use prost::Message;
 use sdk_orb::{RequestId, RequestType};
-use shared_proto::v1::{GetResultRequest, NodeResult, ResultStatus, SubmitRequest};
+use shared_proto::v1::{NodeResult, ResultStatus, SubmitRequest};
 
 #[derive(Clone, Copy, Debug)]
 enum Failure {
@@ -86,15 +86,7 @@ impl BatchEvaluator for Poisoned {
 async fn status_everywhere(c: &Cluster, id: RequestId) -> Res<ResultStatus> {
     let mut results = Vec::new();
     for i in 0..3 {
-        let signed = c
-            .client(i)
-            .orb
-            .get_result(GetResultRequest {
-                request_id: id.0.to_vec(),
-            })
-            .await?
-            .into_inner();
-        results.push(signed.result);
+        results.push(c.signed_result(i, &id).await?.result);
     }
     assert_eq!(results[0], results[1], "nodes 0 and 1 differ");
     assert_eq!(results[1], results[2], "nodes 1 and 2 differ");

@@ -345,53 +345,28 @@ pub(crate) fn plan(
         );
         results.push((id, placeholder_record(&digest), r));
     }
-    for item in &commit.timed_out {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::TimedOut,
-                batch_id,
-                timed_out_detail,
-            );
-            results.push((id, placeholder_record(&item.envelope_digest), r));
-        }
-    }
-    for item in &commit.digest_mismatch {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::DigestMismatch,
-                batch_id,
-                "the nodes received different envelopes under this request id",
-            );
-            results.push((id, placeholder_record(&item.envelope_digest), r));
-        }
-    }
-
-    for item in &commit.unopenable {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::Unopenable,
-                batch_id,
-                "a node could not open its payload; nothing was evaluated or changed",
-            );
-            results.push((id, placeholder_record(&item.envelope_digest), r));
-        }
-    }
-
-    for item in &commit.quarantined {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::Quarantined,
-                batch_id,
-                "evaluation failed on every attempt; quarantined, nothing was evaluated or changed",
-            );
+    // The listed items are finalised as their list says, with nothing evaluated.
+    let lists: [(&[shared_proto::v1::BatchItem], ResultStatus, &str); 4] = [
+        (&commit.timed_out, ResultStatus::TimedOut, timed_out_detail),
+        (
+            &commit.digest_mismatch,
+            ResultStatus::DigestMismatch,
+            "the nodes received different envelopes under this request id",
+        ),
+        (
+            &commit.unopenable,
+            ResultStatus::Unopenable,
+            "a node could not open its payload; nothing was evaluated or changed",
+        ),
+        (
+            &commit.quarantined,
+            ResultStatus::Quarantined,
+            "evaluation failed on every attempt; quarantined, nothing was evaluated or changed",
+        ),
+    ];
+    for (list, status, detail) in lists {
+        for (id, item) in listed(list) {
+            let r = result(&id, &item.envelope_digest, status, batch_id, detail);
             results.push((id, placeholder_record(&item.envelope_digest), r));
         }
     }
