@@ -855,3 +855,44 @@ pub fn vote_on(
         attested_attempt: 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::EvalError;
+
+    #[test]
+    fn only_failures_that_repeat_are_reported_never_a_peer_that_did_not_answer() {
+        let [p0, p1, p2] = PartyId::ALL;
+        let failed = BatchCommitAck {
+            evaluation_failed: true,
+            ..BatchCommitAck::default()
+        };
+        let link_closed = || Err(ApplyError::Evaluation(EvalError::LinkClosed(p1)));
+        let timed_out = (p2, Err(PeerFailure::TimedOut));
+        assert_eq!(
+            failed_deterministically(p0, &link_closed(), &[(p1, Ok(failed.clone())), timed_out]),
+            0b010
+        );
+        let timed_out = (p2, Err(PeerFailure::TimedOut));
+        assert_eq!(
+            failed_deterministically(p0, &link_closed(), &[timed_out]),
+            0,
+            "a network fault and a silent peer are blamed on nobody"
+        );
+        assert_eq!(
+            failed_deterministically(
+                p0,
+                &Err(ApplyError::Panicked),
+                &[(p1, Ok(failed.clone())), (p2, Ok(failed))]
+            ),
+            0b111
+        );
+        let contract = Err(ApplyError::Evaluation(EvalError::OutcomeCount {
+            evaluator: "test",
+            outcomes: 0,
+            requests: 1,
+        }));
+        assert_eq!(failed_deterministically(p0, &contract, &[]), 0b001);
+    }
+}
