@@ -5,6 +5,7 @@
 mod apply;
 mod attest;
 pub mod coordinator;
+pub mod poison;
 
 pub(crate) use self::apply::digest_of;
 pub use self::apply::{apply_commit, evaluate_commit, status_label, Applied, Evaluated};

@@ -43,6 +43,10 @@ pub enum ApplyError {
     /// The blocking task failed.
     #[error("apply task failed")]
     Join,
+    /// The evaluation panicked; the panic was caught at the batch task and everything the
+    /// task held was dropped. Nothing was applied.
+    #[error("the evaluation panicked")]
+    Panicked,
     /// The evaluation failed (a peer went away); nothing was applied.
     #[error("evaluation failed: {0}")]
     Evaluation(#[from] EvalError),
@@ -93,6 +97,19 @@ pub enum ApplyError {
     /// as a digest mismatch); party 0 never does.
     #[error("the commit names request {0} more than once")]
     RepeatedRequest(RequestId),
+}
+
+impl ApplyError {
+    /// Whether the evaluation failed in a way that repeats on every attempt at the same
+    /// requests (a panic, an evaluator breaking its contract), as opposed to a network fault,
+    /// a peer's death or storage: only these are ever blamed on a request.
+    pub fn is_deterministic(&self) -> bool {
+        match self {
+            Self::Panicked => true,
+            Self::Evaluation(e) => e.is_deterministic(),
+            _ => false,
+        }
+    }
 }
 
 /// Why a batch could not be evaluated; nothing of it is applied.
@@ -148,6 +165,14 @@ pub enum EvalError {
         /// Requests given.
         requests: usize,
     },
+}
+
+impl EvalError {
+    /// Whether this failure repeats on every attempt at the same requests (see
+    /// [`ApplyError::is_deterministic`]).
+    pub fn is_deterministic(&self) -> bool {
+        matches!(self, Self::OutcomeCount { .. })
+    }
 }
 
 /// One request of a batch, with this party's shares.

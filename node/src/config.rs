@@ -448,6 +448,9 @@ pub struct BatchConfig {
     pub peer_rpc_timeout_ms: u64,
     /// How long a peer may take to evaluate and apply a committed batch.
     pub commit_timeout_ms: u64,
+    /// Attempts at a request alone in a batch whose evaluation fails deterministically (a
+    /// panic, an evaluator breaking its contract) before party 0 quarantines it.
+    pub max_failed_attempts: u32,
 }
 
 impl Default for BatchConfig {
@@ -458,6 +461,7 @@ impl Default for BatchConfig {
             request_timeout_ms: 30_000,
             peer_rpc_timeout_ms: 5_000,
             commit_timeout_ms: 600_000,
+            max_failed_attempts: 3,
         }
     }
 }
@@ -663,6 +667,9 @@ impl NodeConfig {
         }
         if self.batch.max_size == 0 {
             return bad("batch.max_size must be at least 1");
+        }
+        if self.batch.max_failed_attempts == 0 {
+            return bad("batch.max_failed_attempts must be at least 1");
         }
         if self.intake.max_envelope_bytes < 1024 {
             return bad("intake.max_envelope_bytes is too small");

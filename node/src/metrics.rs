@@ -75,6 +75,8 @@ pub const ABORT_CAUSES: &[&str] = &[
     "peer_refused",
     "key_agreement",
     "evaluation",
+    "panic",
+    "deterministic",
     "apply",
     "unattested",
     "catch_up",
@@ -118,6 +120,8 @@ impl Metrics {
         };
         let intake = cv("intake_total", "Submit calls by outcome", "status");
         let results = cv("results_total", "Results finalised by status", "status");
+        // Exported at 0 from start, so the alert on quarantined requests sees the first one.
+        results.with_label_values(&["quarantined"]);
         let batches = cv("batches_total", "Batch rounds by outcome", "outcome");
         let peer_errors = cv("peer_errors_total", "Failed node-to-node calls", "peer");
         let key_agreement_failures = cv(

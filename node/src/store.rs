@@ -313,6 +313,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Backend failure (nothing is recorded then).
     fn record_attestation(&self, a: &Attestation) -> Result<(), StoreError>;
 
+    /// How many attempts at evaluating request `id` alone failed deterministically (0: none);
+    /// not part of the state the three nodes share.
+    ///
+    /// # Errors
+    /// Backend failure or a corrupt record.
+    fn failed_attempts(&self, id: &RequestId) -> Result<u32, StoreError>;
+
+    /// Durably counts one more failed attempt at request `id` and returns the new count.
+    ///
+    /// # Errors
+    /// Backend failure (nothing is counted then).
+    fn record_failed_attempt(&self, id: &RequestId) -> Result<u32, StoreError>;
+
     /// Number of enrolled entries.
     ///
     /// # Errors

@@ -302,10 +302,21 @@ fn alert_rules_and_dashboard_name_only_exported_metrics() -> Res {
         "ocelli_peer_up",
         "ocelli_ready",
         "ocelli_mpc_key_agreement_failures_total",
+        "quarantined",
     ] {
         assert!(rules.contains(must), "alerts.yml lacks {must}");
         assert!(dashboard.contains(must), "the dashboard lacks {must}");
     }
     assert!(mentioned > 10);
+    // Every alert's runbook is a heading of the operations guide.
+    let guide = std::fs::read_to_string(ops.join("../operations.md"))?;
+    for line in rules.lines() {
+        if let Some(name) = line.trim().strip_prefix("- alert: ") {
+            assert!(
+                guide.contains(&format!("\n### {name}\n")),
+                "docs/operations.md has no section for {name}"
+            );
+        }
+    }
     Ok(())
 }

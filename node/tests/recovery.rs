@@ -26,9 +26,7 @@ use sdk_orb::shamir::{lagrange_coefficient, EVALUATION_POINTS};
 use sdk_orb::{IrisTemplate, PartyId, RequestId, RequestType};
 use sha2::{Digest, Sha256};
 use shared_proto::v1::peer_service_client::PeerServiceClient;
-use shared_proto::v1::{
-    GetResultRequest, NodeResult, RecoverRequest, RecoveryPadOffer, ResultStatus,
-};
+use shared_proto::v1::{NodeResult, RecoverRequest, RecoveryPadOffer, ResultStatus};
 use support::peer_client;
 
 /// `ocelli-node recover` as the CLI runs it: the node's own store, opened, then recovered.
@@ -80,14 +78,7 @@ async fn decide(c: &mut Cluster, people: &[Person], wave: usize) -> Res<Vec<Node
 }
 
 async fn result(c: &Cluster, node: usize, id: &RequestId) -> Res<NodeResult> {
-    let signed = c
-        .client(node)
-        .orb
-        .get_result(GetResultRequest {
-            request_id: id.0.to_vec(),
-        })
-        .await?
-        .into_inner();
+    let signed = c.signed_result(node, id).await?;
     Ok(NodeResult::decode(signed.result.as_slice())?)
 }
 

@@ -276,6 +276,25 @@ fn attestation_is_replaced_and_survives_reopen(b: &dyn Backend) -> Res {
     Ok(())
 }
 
+/// Failed attempts per request: none at first, counted one by one and per request, durable
+/// across a reopen, and not part of the fingerprint (only party 0 counts them).
+fn failed_attempts_count_up_and_survive_reopen(b: &dyn Backend) -> Res {
+    let s = b.open()?;
+    let (poison, other) = (RequestId([0xaa; 16]), RequestId([0xbb; 16]));
+    let fp = s.fingerprint()?;
+    assert_eq!(s.failed_attempts(&poison)?, 0);
+    assert_eq!(s.record_failed_attempt(&poison)?, 1);
+    assert_eq!(s.record_failed_attempt(&poison)?, 2);
+    assert_eq!(s.record_failed_attempt(&other)?, 1);
+    drop(s);
+    let s = b.open()?;
+    assert_eq!(s.failed_attempts(&poison)?, 2);
+    assert_eq!(s.failed_attempts(&other)?, 1);
+    assert_eq!(s.record_failed_attempt(&poison)?, 3);
+    assert_eq!(s.fingerprint()?, fp);
+    Ok(())
+}
+
 /// Many entries come back in serial order (the start-up load streams them).
 fn load_streams_in_serial_order(b: &dyn Backend) -> Res {
     let s = b.open()?;
@@ -448,6 +467,17 @@ fn redb_attestation_is_replaced_and_survives_reopen() -> Res {
 fn postgres_attestation_is_replaced_and_survives_reopen() -> Res {
     let Some(pg) = Pg::new() else { return Ok(()) };
     attestation_is_replaced_and_survives_reopen(&pg)
+}
+
+#[test]
+fn redb_failed_attempts_count_up_and_survive_reopen() -> Res {
+    failed_attempts_count_up_and_survive_reopen(&redb())
+}
+
+#[test]
+fn postgres_failed_attempts_count_up_and_survive_reopen() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    failed_attempts_count_up_and_survive_reopen(&pg)
 }
 
 #[test]

@@ -66,12 +66,21 @@ pub async fn evaluate_commit(
     let guard = state.apply_lock.clone().lock_owned().await;
     let st = state.clone();
     let runtime = tokio::runtime::Handle::current();
+    // A panic stays in this task: what it held (links, buffers, the lock) is dropped, and the
+    // node goes on with the next round.
     tokio::task::spawn_blocking(move || {
         let _guard = guard;
         evaluate_blocking(&st, &commit, runtime)
     })
     .await
-    .map_err(|_| ApplyError::Join)?
+    .map_err(|e| {
+        if e.is_panic() {
+            tracing::error!("batch evaluation panicked; the batch is aborted");
+            ApplyError::Panicked
+        } else {
+            ApplyError::Join
+        }
+    })?
 }
 
 fn evaluate_blocking(
@@ -563,6 +572,7 @@ pub fn status_label(status: i32) -> &'static str {
         Ok(ResultStatus::Unopenable) => "unopenable",
         Ok(ResultStatus::MirrorAttack) => "mirror_attack",
         Ok(ResultStatus::MalformedShares) => "malformed_shares",
+        Ok(ResultStatus::Quarantined) => "quarantined",
         _ => "unspecified",
     }
 }

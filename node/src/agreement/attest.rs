@@ -3,8 +3,8 @@
 //!
 //! Each node, once it has evaluated a batch, signs a canonical digest of what the batch
 //! decided (batch id, attempt, next serial id, the requests run with the envelope digests it
-//! holds, the outcomes it opened, and the timed-out, digest-mismatch and unopenable items with
-//! their reporters) with its result key, in a domain of its own (`ocelli/v1/batch`). Peers return theirs in the commit ack;
+//! holds, the outcomes it opened, and the timed-out, digest-mismatch, unopenable and quarantined
+//! items with their reporters) with its result key, in a domain of its own (`ocelli/v1/batch`). Peers return theirs in the commit ack;
 //! party 0 applies the batch and finalises it at the peers only with all three, and every
 //! node keeps all three in its batch log. Recorded outcomes (the finalising commit, a replay, a
 //! fetched batch) are applied only with valid signatures of both other parties, checked with
@@ -79,6 +79,10 @@ pub fn batch_digest(
     items(&mut h, &commit.timed_out);
     items(&mut h, &commit.digest_mismatch);
     items(&mut h, &commit.unopenable);
+    // Absent from commits without quarantined requests: their digests stay as they were.
+    if !commit.quarantined.is_empty() {
+        items(&mut h, &commit.quarantined);
+    }
     h.finalize().into()
 }
 

@@ -20,8 +20,9 @@ use shared_proto::v1::{
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
+use super::poison::Suspects;
 use super::{apply_commit, digest_of, evaluate_commit};
-use crate::batch::plan::reporter_bit;
+use crate::batch::plan::{committed_ids, reporter_bit};
 use crate::batch::ApplyError;
 use crate::clock::now_ms;
 use crate::ids::RequestId;
@@ -38,6 +39,7 @@ pub const COORDINATOR: PartyId = PartyId::ALL[0];
 pub async fn run(state: Arc<NodeState>, peers: Peers, mut shutdown: watch::Receiver<bool>) {
     let interval = state.config.batch.interval();
     let mut committed_last = false;
+    let mut suspects = Suspects::default();
     loop {
         if *shutdown.borrow() {
             break;
@@ -54,7 +56,7 @@ pub async fn run(state: Arc<NodeState>, peers: Peers, mut shutdown: watch::Recei
                 break;
             }
         }
-        let r = round(&state, &peers).await;
+        let r = round(&state, &peers, &mut suspects).await;
         committed_last = matches!(r, Ok(Round::Committed { .. }));
         match r {
             Ok(Round::Idle) => {}
@@ -109,6 +111,18 @@ pub enum RoundError {
     /// A batch log entry does not decode.
     #[error("batch {0} in the batch log is corrupt")]
     CorruptBatch(u64),
+    /// The evaluation failed deterministically at the nodes `reported_by` (bit p for party
+    /// p): nothing was applied; the batch's requests run apart until the one that fails is
+    /// found.
+    #[error("batch {batch_id}: the evaluation failed deterministically (nodes {reported_by:#05b}); its requests run apart")]
+    Poisoned {
+        /// The batch.
+        batch_id: u64,
+        /// The nodes whose evaluation failed so.
+        reported_by: u32,
+        /// This node's evaluation panicked.
+        panicked_here: bool,
+    },
     /// Not every peer attested the outcomes of an evaluated batch; nothing was applied and the
     /// batch runs again.
     #[error("batch {batch_id}: not every node attested its outcomes; it runs again")]
@@ -152,6 +166,11 @@ impl RoundError {
             } => "evaluation",
             Self::Apply { .. } => "apply",
             Self::Unattested { .. } => "unattested",
+            Self::Poisoned {
+                panicked_here: true,
+                ..
+            } => "panic",
+            Self::Poisoned { .. } => "deterministic",
             Self::UnknownPeer(_)
             | Self::MissingBatch(_)
             | Self::CorruptBatch(_)
@@ -191,7 +210,11 @@ enum Round {
     Committed { batch_id: u64, size: usize },
 }
 
-async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundError> {
+async fn round(
+    state: &Arc<NodeState>,
+    peers: &Peers,
+    suspects: &mut Suspects,
+) -> Result<Round, RoundError> {
     let meta = state.store_call(|s| s.store.meta()).await?;
     let batch_id = meta.last_applied_batch + 1;
     let now = now_ms();
@@ -273,6 +296,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         outcomes: Vec::new(),
         signatures: Vec::new(),
         attempt: 0,
+        quarantined: Vec::new(),
     };
     let own_attempt = state
         .store_call(move |s| super::attest::attested_attempt(s, batch_id))
@@ -294,6 +318,22 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
     );
     // The proposal looks past requests a peer lacks; a batch still runs at most max_size.
     commit.request_ids.truncate(state.config.batch.max_size);
+    commit.quarantined = suspects
+        .select(&mut commit.request_ids)
+        .into_iter()
+        .map(|(request_id, reported_by)| {
+            let envelope_digest = candidates
+                .iter()
+                .find(|c| c.id.0[..] == request_id[..])
+                .map(|c| c.digest.0.to_vec())
+                .unwrap_or_default();
+            BatchItem {
+                request_id,
+                envelope_digest,
+                reported_by,
+            }
+        })
+        .collect();
     let commit = {
         let votes = votes.clone();
         state
@@ -307,6 +347,7 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         && commit.timed_out.is_empty()
         && commit.digest_mismatch.is_empty()
         && commit.unopenable.is_empty()
+        && commit.quarantined.is_empty()
     {
         abort(peers, batch_id, timeout).await;
         return Ok(Round::NothingAgreed);
@@ -320,6 +361,26 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         async move { (*party, send_commit(client, commit, commit_timeout).await) }
     }));
     let (ours, theirs) = tokio::join!(evaluate_commit(state, commit.clone()), remote);
+    let reported_by = failed_deterministically(state.party, &ours, &theirs);
+    if reported_by != 0 {
+        abort(peers, batch_id, timeout).await;
+        let panicked_here = matches!(ours, Err(ApplyError::Panicked));
+        let ran: Vec<RequestId> = committed_ids(&commit).collect();
+        if let Some(id) = suspects.failed(&ran) {
+            let attempts = state
+                .store_call(move |s| s.store.record_failed_attempt(&id))
+                .await?;
+            tracing::warn!(request_id = %id, batch_id, attempts, "a request alone in its batch failed evaluation");
+            if attempts >= state.config.batch.max_failed_attempts {
+                suspects.quarantine(id, reported_by);
+            }
+        }
+        return Err(RoundError::Poisoned {
+            batch_id,
+            reported_by,
+            panicked_here,
+        });
+    }
     let ours = match ours {
         Ok(e) => e,
         Err(source) => {
@@ -388,8 +449,33 @@ async fn round(state: &Arc<NodeState>, peers: &Peers) -> Result<Round, RoundErro
         .batch_latency
         .observe(started.elapsed().as_secs_f64());
     state.metrics.batch_size.observe(size as f64);
+    suspects.committed(
+        commit
+            .request_ids
+            .iter()
+            .chain(commit.quarantined.iter().map(|i| &i.request_id))
+            .map(Vec::as_slice),
+    );
     state.metrics.batch("committed");
     Ok(Round::Committed { batch_id, size })
+}
+
+/// The nodes (bit p for party p) whose evaluation of a fresh commit failed in a way that
+/// repeats (see [`ApplyError::is_deterministic`]): this one by its own result, the peers by
+/// their acks. A peer that did not answer is never counted.
+fn failed_deterministically(
+    me: PartyId,
+    ours: &Result<super::Evaluated, ApplyError>,
+    theirs: &[(PartyId, Result<BatchCommitAck, PeerFailure>)],
+) -> u32 {
+    let here = match ours {
+        Err(e) if e.is_deterministic() => reporter_bit(me),
+        _ => 0,
+    };
+    theirs
+        .iter()
+        .filter(|(_, r)| matches!(r, Ok(ack) if ack.evaluation_failed))
+        .fold(here, |bits, (p, _)| bits | reporter_bit(*p))
 }
 
 /// Records which candidates a peer voted missing, so later proposals put them behind the
@@ -767,5 +853,46 @@ pub fn vote_on(
         last_applied_batch_id: last_applied,
         expired: Vec::new(),
         attested_attempt: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::EvalError;
+
+    #[test]
+    fn only_failures_that_repeat_are_reported_never_a_peer_that_did_not_answer() {
+        let [p0, p1, p2] = PartyId::ALL;
+        let failed = BatchCommitAck {
+            evaluation_failed: true,
+            ..BatchCommitAck::default()
+        };
+        let link_closed = || Err(ApplyError::Evaluation(EvalError::LinkClosed(p1)));
+        let timed_out = (p2, Err(PeerFailure::TimedOut));
+        assert_eq!(
+            failed_deterministically(p0, &link_closed(), &[(p1, Ok(failed.clone())), timed_out]),
+            0b010
+        );
+        let timed_out = (p2, Err(PeerFailure::TimedOut));
+        assert_eq!(
+            failed_deterministically(p0, &link_closed(), &[timed_out]),
+            0,
+            "a network fault and a silent peer are blamed on nobody"
+        );
+        assert_eq!(
+            failed_deterministically(
+                p0,
+                &Err(ApplyError::Panicked),
+                &[(p1, Ok(failed.clone())), (p2, Ok(failed))]
+            ),
+            0b111
+        );
+        let contract = Err(ApplyError::Evaluation(EvalError::OutcomeCount {
+            evaluator: "test",
+            outcomes: 0,
+            requests: 1,
+        }));
+        assert_eq!(failed_deterministically(p0, &contract, &[]), 0b001);
     }
 }

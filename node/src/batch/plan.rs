@@ -65,6 +65,7 @@ pub(crate) fn check_commit(commit: &BatchCommit, meta: &Meta) -> Result<(), Appl
         .iter()
         .chain(&commit.digest_mismatch)
         .chain(&commit.unopenable)
+        .chain(&commit.quarantined)
         .filter_map(|item| RequestId::from_slice(&item.request_id));
     let mut named = HashSet::new();
     for id in committed_ids(commit).chain(listed) {
@@ -94,11 +95,12 @@ pub(crate) fn reporter_bit(party: PartyId) -> u32 {
     1 << party.get()
 }
 
-/// Checks a commit's timed-out, digest-mismatch and unopenable items against this node's own
+/// Checks a commit's timed-out, digest-mismatch, unopenable and quarantined items against this node's own
 /// evidence (`held` looks a request up here): a request pending here is timed out only once
 /// it has waited here for most of the request time-out (`min_wait_ms`, which leaves room for
 /// the nodes' clocks and arrival times to differ), and an item that names this node
-/// (`reported_by`) must be true of it. Items naming no node are refused. A coordinator
+/// (`reported_by`) must be true of it; a quarantined request must be held here. Items naming no
+/// node are refused. A coordinator
 /// therefore cannot finalise a request against the evidence of a node that attests the batch.
 ///
 /// # Errors
@@ -134,6 +136,11 @@ pub(crate) fn check_items(
         }
         if named(item) && held(&id)?.is_some_and(|h| h.opens) {
             return unfounded(id, "unopenable, but this node opens it");
+        }
+    }
+    for (id, _) in listed(&commit.quarantined) {
+        if held(&id)?.is_none() {
+            return unfounded(id, "quarantined, but not held here");
         }
     }
     Ok(())
@@ -338,40 +345,28 @@ pub(crate) fn plan(
         );
         results.push((id, placeholder_record(&digest), r));
     }
-    for item in &commit.timed_out {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::TimedOut,
-                batch_id,
-                timed_out_detail,
-            );
-            results.push((id, placeholder_record(&item.envelope_digest), r));
-        }
-    }
-    for item in &commit.digest_mismatch {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::DigestMismatch,
-                batch_id,
-                "the nodes received different envelopes under this request id",
-            );
-            results.push((id, placeholder_record(&item.envelope_digest), r));
-        }
-    }
-
-    for item in &commit.unopenable {
-        if let Some(id) = RequestId::from_slice(&item.request_id) {
-            let r = result(
-                &id,
-                &item.envelope_digest,
-                ResultStatus::Unopenable,
-                batch_id,
-                "a node could not open its payload; nothing was evaluated or changed",
-            );
+    // The listed items are finalised as their list says, with nothing evaluated.
+    let lists: [(&[shared_proto::v1::BatchItem], ResultStatus, &str); 4] = [
+        (&commit.timed_out, ResultStatus::TimedOut, timed_out_detail),
+        (
+            &commit.digest_mismatch,
+            ResultStatus::DigestMismatch,
+            "the nodes received different envelopes under this request id",
+        ),
+        (
+            &commit.unopenable,
+            ResultStatus::Unopenable,
+            "a node could not open its payload; nothing was evaluated or changed",
+        ),
+        (
+            &commit.quarantined,
+            ResultStatus::Quarantined,
+            "evaluation failed on every attempt; quarantined, nothing was evaluated or changed",
+        ),
+    ];
+    for (list, status, detail) in lists {
+        for (id, item) in listed(list) {
+            let r = result(&id, &item.envelope_digest, status, batch_id, detail);
             results.push((id, placeholder_record(&item.envelope_digest), r));
         }
     }

@@ -262,6 +262,7 @@ pub fn peer_message_seeds() -> Vec<(&'static str, Vec<u8>)> {
                     batch_id: peer_fixture::LAST_APPLIED_BATCH + 1,
                     results_digest: vec![0x5a; 32],
                     signature: None,
+                    evaluation_failed: false,
                 },
             ),
         ),

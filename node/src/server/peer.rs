@@ -99,7 +99,21 @@ impl PeerService for PeerApi {
                 batch_id,
                 results_digest,
                 signature: Some(signature),
+                evaluation_failed: false,
             })),
+            // Party 0 counts this against the batch's requests; a network fault is never
+            // reported so.
+            Err(e) if e.is_deterministic() => {
+                tracing::error!(batch_id, error = %e, "the evaluation failed deterministically");
+                if matches!(e, ApplyError::Panicked) {
+                    self.state.metrics.batch_aborted("panic");
+                }
+                Ok(Response::new(BatchCommitAck {
+                    batch_id,
+                    evaluation_failed: true,
+                    ..BatchCommitAck::default()
+                }))
+            }
             Err(
                 e @ (ApplyError::Unattested { .. }
                 | ApplyError::NotAttestedHere { .. }

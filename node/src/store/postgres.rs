@@ -52,6 +52,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE meta (key text PRIMARY KEY, value bigint NOT NULL);",
     // 2: this node's latest batch attestation (one row; see `Store::attestation`).
     "CREATE TABLE attestation (id smallint PRIMARY KEY CHECK (id = 1), record bytea NOT NULL);",
+    // 3: failed attempts per request (see `Store::failed_attempts`).
+    "CREATE TABLE failed_attempts (id bytea PRIMARY KEY, count integer NOT NULL);",
 ];
 
 /// The schema version this binary writes.
@@ -73,6 +75,10 @@ fn to_i64(v: u64) -> Result<i64, StoreError> {
 
 fn to_u64(v: i64, table: &'static str) -> Result<u64, StoreError> {
     u64::try_from(v).map_err(|_| StoreError::Corrupt(table))
+}
+
+fn attempts(v: i32) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Corrupt("failed_attempts"))
 }
 
 /// Where a PostgreSQL store lives.
@@ -838,6 +844,37 @@ impl Store for PgStore {
         self.run(async {
             let c = self.conn().await?;
             set_attestation(&**c, &a).await
+        })
+    }
+
+    fn failed_attempts(&self, id: &RequestId) -> Result<u32, StoreError> {
+        self.run(async {
+            let c = self.conn().await?;
+            let row = c
+                .query_opt(
+                    "SELECT count FROM failed_attempts WHERE id = $1",
+                    &[&&id.0[..]],
+                )
+                .await
+                .map_err(be)?;
+            row.map_or(Ok(0), |r| attempts(r.get(0)))
+        })
+    }
+
+    fn record_failed_attempt(&self, id: &RequestId) -> Result<u32, StoreError> {
+        self.run(async {
+            let c = self.conn().await?;
+            let n: i32 = c
+                .query_one(
+                    "INSERT INTO failed_attempts (id, count) VALUES ($1, 1)
+                     ON CONFLICT (id) DO UPDATE SET count = failed_attempts.count + 1
+                     RETURNING count",
+                    &[&&id.0[..]],
+                )
+                .await
+                .map_err(be)?
+                .get(0);
+            attempts(n)
         })
     }
 

@@ -26,6 +26,8 @@ const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// three nodes share (kept out of the fingerprint).
 const ATTESTATION: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("attestation");
 const LATEST: &str = "latest";
+/// Failed attempts per request id (see `Store::failed_attempts`); kept out of the fingerprint.
+const FAILED_ATTEMPTS: TableDefinition<'_, &[u8], u32> = TableDefinition::new("failed_attempts");
 
 const CACHE_BYTES: usize = 64 << 20;
 
@@ -70,6 +72,7 @@ impl RedbStore {
             txn.open_table(BATCHES).map_err(be)?;
             txn.open_table(META).map_err(be)?;
             txn.open_table(ATTESTATION).map_err(be)?;
+            txn.open_table(FAILED_ATTEMPTS).map_err(be)?;
         }
         txn.commit().map_err(be)?;
         Ok(Self {
@@ -319,6 +322,28 @@ impl Store for RedbStore {
             t.insert(LATEST, a.encode().as_slice()).map_err(be)?;
         }
         txn.commit().map_err(be)
+    }
+
+    fn failed_attempts(&self, id: &RequestId) -> Result<u32, StoreError> {
+        let txn = self.db.begin_read().map_err(be)?;
+        let t = txn.open_table(FAILED_ATTEMPTS).map_err(be)?;
+        Ok(t.get(&id.0[..]).map_err(be)?.map_or(0, |v| v.value()))
+    }
+
+    fn record_failed_attempt(&self, id: &RequestId) -> Result<u32, StoreError> {
+        let txn = self.write()?;
+        let n = {
+            let mut t = txn.open_table(FAILED_ATTEMPTS).map_err(be)?;
+            let n = t
+                .get(&id.0[..])
+                .map_err(be)?
+                .map_or(0, |v| v.value())
+                .saturating_add(1);
+            t.insert(&id.0[..], n).map_err(be)?;
+            n
+        };
+        txn.commit().map_err(be)?;
+        Ok(n)
     }
 
     fn share_count(&self) -> Result<u64, StoreError> {

@@ -23,6 +23,7 @@ use rand_chacha::ChaCha20Rng;
 use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
 use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
 use sdk_orb::{PartyId, RequestId, RequestType};
+use shared_proto::v1::{GetResultRequest, SignedResult};
 use tokio::net::TcpListener;
 
 pub type Res<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -356,6 +357,18 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Node `i`'s signed result of request `id`.
+    pub async fn signed_result(&self, i: usize, id: &RequestId) -> Res<SignedResult> {
+        Ok(self
+            .client(i)
+            .orb
+            .get_result(GetResultRequest {
+                request_id: id.0.to_vec(),
+            })
+            .await?
+            .into_inner())
     }
 
     /// Submits to all three nodes; returns the three outcomes.
