@@ -325,7 +325,7 @@ impl Store for RedbStore {
     }
 
     fn failed_attempts(&self, id: &RequestId) -> Result<u32, StoreError> {
-        let txn = self.db.begin_read().map_err(be)?;
+        let txn = self.read()?;
         let t = txn.open_table(FAILED_ATTEMPTS).map_err(be)?;
         Ok(t.get(&id.0[..]).map_err(be)?.map_or(0, |v| v.value()))
     }
