@@ -47,7 +47,8 @@ fi
 
 export OCELLI_FAULTS="$length" OCELLI_TOXIPROXY_SERVER="$tools/toxiproxy-server"
 if [ "$length" = soak ]; then
-  cargo test --release --locked -p ocelli-node --test faults bounded_soak -- --nocapture
+  cargo test --release --workspace --locked --test faults bounded_soak -- --nocapture
 else
-  cargo test --locked -p ocelli-node --test faults fault_scenarios -- --nocapture
+  # --workspace: the features of the README's test command, so CI builds nothing again.
+  cargo test --workspace --locked --test faults fault_scenarios -- --nocapture
 fi
