@@ -1,4 +1,5 @@
-//! Node HPKE keys (X25519) and the orb's Ed25519 device key.
+//! Node HPKE keys (X25519 for envelope version 1, X-Wing for version 2) and the orb's Ed25519
+//! device key.
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use hpke::kem::X25519HkdfSha256;
@@ -7,6 +8,13 @@ use rand_core::{CryptoRng, RngCore};
 use zeroize::Zeroizing;
 
 use crate::PARTIES;
+
+mod hybrid;
+
+pub(crate) use self::hybrid::{HybridKem, PqRng};
+pub use self::hybrid::{
+    NodeHybridPublicKey, NodeHybridPublicKeys, NodeHybridSecretKey, HYBRID_PUBLIC_KEY_BYTES,
+};
 
 pub(crate) type Kem = X25519HkdfSha256;
 

@@ -292,5 +292,7 @@ pub fn reconstruct(
     }
 }
 
+pub mod seeded;
+
 #[cfg(test)]
 mod tests;

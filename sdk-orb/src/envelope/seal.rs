@@ -158,18 +158,28 @@ pub(crate) fn seal_and_sign<R: RngCore + CryptoRng>(
         let e = layout.enc[party.index()];
         encapped.write_exact(&mut out[e..e + ENCAPSULATED_KEY_BYTES]);
     }
+    let ct = PartyId::ALL.map(ciphertext_len);
+    sign_envelope(out, layout, &header, ENCAPSULATED_KEY_BYTES, ct, orb);
+    Ok(())
+}
+
+/// Signs the digest of the sealed envelope in `out` into its signature field.
+pub(crate) fn sign_envelope(
+    out: &mut [u8],
+    layout: &EnvelopeLayout,
+    header: &[u8; HEADER_BYTES],
+    enc_len: usize,
+    ct_len: [usize; PARTIES],
+    orb: &OrbSigningKey,
+) {
     let region = |p: usize| {
         let e = layout.enc[p];
         let c = layout.ct[p];
-        (
-            &out[e..e + ENCAPSULATED_KEY_BYTES],
-            &out[c..c + ciphertext_len(PartyId::ALL[p])],
-        )
+        (&out[e..e + enc_len], &out[c..c + ct_len[p]])
     };
-    let d = digest(&header, [region(0), region(1), region(2)]);
+    let d = digest(header, [region(0), region(1), region(2)]);
     let signature = orb.0.sign(&d.0);
     out[layout.sig..layout.sig + SIGNATURE_BYTES].copy_from_slice(&signature.to_bytes());
-    Ok(())
 }
 
 pub(crate) fn write_element(

@@ -154,7 +154,7 @@ fn share_eye_agrees_with_explicit_randomness_from_the_same_stream() {
 
 /// Chi-squared statistic of byte values against the uniform distribution (255 degrees of
 /// freedom: mean 255, standard deviation about 22.6).
-fn chi_squared_bytes(values: impl Iterator<Item = u16>) -> f64 {
+pub(super) fn chi_squared_bytes(values: impl Iterator<Item = u16>) -> f64 {
     let mut counts = [0u64; 256];
     let mut n = 0u64;
     for v in values {
