@@ -5,6 +5,7 @@ pub mod dot_shares;
 pub mod envelope_header;
 pub mod envelope_rejections;
 pub mod envelope_sealing;
+pub mod envelope_sealing_v2;
 pub mod layout;
 pub mod masked_bitvectors;
 pub mod payload_rejections;

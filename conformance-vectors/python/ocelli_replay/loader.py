@@ -24,6 +24,7 @@ FAMILIES = (
     "dot_shares",
     "envelope_header",
     "envelope_sealing",
+    "envelope_sealing_v2",
     "envelope_rejections",
     "payload_rejections",
     "comparison",

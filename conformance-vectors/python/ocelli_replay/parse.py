@@ -154,6 +154,9 @@ def parse_envelope(data: bytes) -> Envelope:
     for number, v in Reader(data, 9, repeated=(8,)).fields():
         if number == 1:
             version = varint(v)
+            # The version decides every length after it: checked as soon as it is read.
+            if version != env.ENVELOPE_VERSION:
+                raise Rejected("unsupported_version", {"version": version})
         elif number == 2:
             request_id = fixed(v, "request_id", 16)
         elif number == 3:
