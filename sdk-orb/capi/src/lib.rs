@@ -321,17 +321,15 @@ pub unsafe extern "C" fn ocelli_node_hybrid_public_keys_from_bytes(
     bytes: *const u8,
     out: *mut OcelliNodeHybridPublicKeys,
 ) -> OcelliStatus {
-    if bytes.is_null() || out.is_null() {
-        return OcelliStatus::NullPointer;
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        validated_copy(
+            bytes,
+            out,
+            |b| NodeHybridPublicKeys::from_bytes(b).is_ok(),
+            |bytes| OcelliNodeHybridPublicKeys { bytes },
+        )
     }
-    // SAFETY: non-null, and the caller guarantees 3,648 readable bytes.
-    let bytes = unsafe { &*bytes.cast::<[u8; OCELLI_NODE_HYBRID_KEYS_BYTES]>() };
-    if NodeHybridPublicKeys::from_bytes(bytes).is_err() {
-        return OcelliStatus::InvalidKey;
-    }
-    // SAFETY: non-null, and the caller guarantees a writable OcelliNodeHybridPublicKeys.
-    unsafe { out.write(OcelliNodeHybridPublicKeys { bytes: *bytes }) };
-    OcelliStatus::Ok
 }
 
 /// Writes the X-Wing public key (1,216 bytes) of a node's 32-byte X-Wing seed: for
@@ -344,19 +342,12 @@ pub unsafe extern "C" fn ocelli_node_hybrid_public_key_from_seed(
     seed: *const u8,
     public_out: *mut u8,
 ) -> OcelliStatus {
-    if seed.is_null() || public_out.is_null() {
-        return OcelliStatus::NullPointer;
-    }
-    // SAFETY: non-null, and the caller guarantees 32 readable bytes.
-    let seed = unsafe { &*seed.cast::<[u8; OCELLI_KEY_BYTES]>() };
-    let public = NodeHybridSecretKey::from_seed(seed).public_key().to_bytes();
-    // SAFETY: non-null, and the caller guarantees 1,216 writable bytes.
+    // SAFETY: forwarded under the same contract.
     unsafe {
-        public_out
-            .cast::<[u8; OCELLI_HYBRID_PUBLIC_KEY_BYTES]>()
-            .write(public)
-    };
-    OcelliStatus::Ok
+        derived_public(seed, public_out, |s| {
+            Some(NodeHybridSecretKey::from_seed(s).public_key().to_bytes())
+        })
+    }
 }
 
 /// Validates the node key bundle (`OCELLI_NODE_KEYS_BYTES` bytes at `bytes`) into `out`.
@@ -368,17 +359,15 @@ pub unsafe extern "C" fn ocelli_node_public_keys_from_bytes(
     bytes: *const u8,
     out: *mut OcelliNodePublicKeys,
 ) -> OcelliStatus {
-    if bytes.is_null() || out.is_null() {
-        return OcelliStatus::NullPointer;
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        validated_copy(
+            bytes,
+            out,
+            |b| NodePublicKeys::from_bytes(b).is_ok(),
+            |bytes| OcelliNodePublicKeys { bytes },
+        )
     }
-    // SAFETY: non-null, and the caller guarantees 96 readable bytes.
-    let bytes = unsafe { &*bytes.cast::<[u8; OCELLI_NODE_KEYS_BYTES]>() };
-    if NodePublicKeys::from_bytes(bytes).is_err() {
-        return OcelliStatus::InvalidKey;
-    }
-    // SAFETY: non-null, and the caller guarantees a writable OcelliNodePublicKeys.
-    unsafe { out.write(OcelliNodePublicKeys { bytes: *bytes }) };
-    OcelliStatus::Ok
 }
 
 /// Writes the X25519 public key of a node secret key (32 bytes each): for provisioning tools
@@ -391,20 +380,58 @@ pub unsafe extern "C" fn ocelli_node_public_key_from_secret(
     secret: *const u8,
     public_out: *mut u8,
 ) -> OcelliStatus {
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        derived_public(secret, public_out, |s| {
+            NodeSecretKey::from_bytes(s)
+                .ok()
+                .map(|k| k.public_key().to_bytes())
+        })
+    }
+}
+
+/// Writes `wrap(bytes)` to `*out` where `valid` accepts the `N` bytes at `bytes`.
+///
+/// # Safety
+/// `bytes` is null or points to `N` readable bytes; `out` is null or points to a writable `T`.
+unsafe fn validated_copy<const N: usize, T>(
+    bytes: *const u8,
+    out: *mut T,
+    valid: impl FnOnce(&[u8; N]) -> bool,
+    wrap: impl FnOnce([u8; N]) -> T,
+) -> OcelliStatus {
+    if bytes.is_null() || out.is_null() {
+        return OcelliStatus::NullPointer;
+    }
+    // SAFETY: non-null, and the caller guarantees N readable bytes.
+    let bytes = unsafe { &*bytes.cast::<[u8; N]>() };
+    if !valid(bytes) {
+        return OcelliStatus::InvalidKey;
+    }
+    // SAFETY: non-null, and the caller guarantees a writable T.
+    unsafe { out.write(wrap(*bytes)) };
+    OcelliStatus::Ok
+}
+
+/// Writes the `P`-byte public key `derive` makes of the `S` secret bytes at `secret`.
+///
+/// # Safety
+/// `secret` is null or points to `S` readable bytes; `public_out` is null or points to `P`
+/// writable bytes.
+unsafe fn derived_public<const S: usize, const P: usize>(
+    secret: *const u8,
+    public_out: *mut u8,
+    derive: impl FnOnce(&[u8; S]) -> Option<[u8; P]>,
+) -> OcelliStatus {
     if secret.is_null() || public_out.is_null() {
         return OcelliStatus::NullPointer;
     }
-    // SAFETY: non-null, and the caller guarantees 32 readable bytes.
-    let secret = unsafe { &*secret.cast::<[u8; OCELLI_KEY_BYTES]>() };
-    let Ok(key) = NodeSecretKey::from_bytes(secret) else {
+    // SAFETY: non-null, and the caller guarantees S readable bytes.
+    let Some(public) = derive(unsafe { &*secret.cast::<[u8; S]>() }) else {
         return OcelliStatus::InvalidKey;
     };
-    // SAFETY: non-null, and the caller guarantees 32 writable bytes.
-    unsafe {
-        public_out
-            .cast::<[u8; OCELLI_KEY_BYTES]>()
-            .write(key.public_key().to_bytes())
-    };
+    // SAFETY: non-null, and the caller guarantees P writable bytes.
+    unsafe { public_out.cast::<[u8; P]>().write(public) };
     OcelliStatus::Ok
 }
 

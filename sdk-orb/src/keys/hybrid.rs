@@ -8,7 +8,7 @@ use hpke_pq::{Deserializable, Serializable};
 use rand_core::{CryptoRng, RngCore};
 use zeroize::Zeroizing;
 
-use super::{InvalidKey, KEY_BYTES};
+use super::{concat_keys, split_keys, InvalidKey, KEY_BYTES};
 use crate::PARTIES;
 
 pub(crate) type HybridKem = XWing;
@@ -103,11 +103,7 @@ impl NodeHybridPublicKeys {
 
     /// The three keys concatenated in party order.
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
-        let mut out = [0u8; Self::BYTES];
-        for (chunk, key) in out.chunks_exact_mut(HYBRID_PUBLIC_KEY_BYTES).zip(&self.0) {
-            chunk.copy_from_slice(&key.to_bytes());
-        }
-        out
+        concat_keys(self.0.each_ref().map(NodeHybridPublicKey::to_bytes))
     }
 
     /// Parses three concatenated keys.
@@ -115,14 +111,7 @@ impl NodeHybridPublicKeys {
     /// # Errors
     /// [`InvalidKey`] if any key is rejected.
     pub fn from_bytes(bytes: &[u8; Self::BYTES]) -> Result<NodeHybridPublicKeys, InvalidKey> {
-        let key = |i: usize| {
-            let mut k = [0u8; HYBRID_PUBLIC_KEY_BYTES];
-            k.copy_from_slice(
-                &bytes[i * HYBRID_PUBLIC_KEY_BYTES..(i + 1) * HYBRID_PUBLIC_KEY_BYTES],
-            );
-            NodeHybridPublicKey::from_bytes(&k)
-        };
-        Ok(NodeHybridPublicKeys([key(0)?, key(1)?, key(2)?]))
+        split_keys(bytes, NodeHybridPublicKey::from_bytes).map(NodeHybridPublicKeys)
     }
 }
 

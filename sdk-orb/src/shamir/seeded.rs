@@ -148,4 +148,4 @@ pub fn share_eye_seeded<F>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

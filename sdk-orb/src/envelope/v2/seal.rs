@@ -16,7 +16,7 @@ use crate::{PartyId, PARTIES};
 
 use super::super::format::*;
 use super::super::parse::{write_layout, V2};
-use super::super::seal::sign_envelope;
+use super::super::seal::{place_plaintexts, sign_envelope};
 use super::*;
 
 /// Builds a complete signed version 2 envelope for a person (`left`, `right`) into `out`;
@@ -106,23 +106,7 @@ pub fn hazmat_seal_plaintexts_v2<R: RngCore + CryptoRng>(
     orb: &OrbSigningKey,
     out: &mut [u8],
 ) -> Result<usize, EnvelopeError> {
-    let n = envelope_len_v2(meta);
-    let out = first(out, n)?;
-    let orb_key = orb.verifying_key().to_bytes();
-    let layout = write_layout::<V2>(out, meta, &orb_key);
-    let seeded = seeded_party(&meta.request_id);
-    for (party, plaintext) in PartyId::ALL.into_iter().zip(plaintexts) {
-        let len = payload_len_v2(party, seeded);
-        if plaintext.len() != len {
-            return Err(EnvelopeError::Length {
-                field: "payload",
-                expected: len,
-                actual: plaintext.len(),
-            });
-        }
-        let start = layout.ct[party.index()];
-        out[start..start + len].copy_from_slice(plaintext);
-    }
+    let (n, layout) = place_plaintexts::<V2>(meta, plaintexts, orb, out)?;
     seal_and_sign_v2(rng, meta, nodes, orb, out, &layout)?;
     Ok(n)
 }

@@ -1,10 +1,10 @@
 use super::*;
 use crate::envelope::{envelope_len, envelope_version, EnvelopeView};
 use crate::keys::{NodeHybridPublicKeys, NodeHybridSecretKey, OrbSigningKey};
+use crate::shamir::seeded::tests::assert_pairs_reconstruct;
 use crate::shamir::seeded::{seeded_party, ShareSeed, SEED_BYTES};
-use crate::shamir::{code_coefs, mask_coefs, reconstruct};
 use crate::template::{random, IrisTemplate};
-use crate::{PartyShares, RequestType, CODE_COEFS, MASK_COEFS};
+use crate::{PartyShares, RequestType};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use std::boxed::Box;
@@ -80,30 +80,10 @@ fn every_party_opens_shares_on_one_polynomial_through_both_eyes_whichever_is_see
     for seeded in PartyId::ALL {
         let bytes = seal(&mut f, &meta_for(seeded));
         let shares = open_all(&f, &bytes);
-        for (eye, template) in [&f.left, &f.right].into_iter().enumerate() {
-            let pick = |p: usize| {
-                if eye == 0 {
-                    &shares[p].left
-                } else {
-                    &shares[p].right
-                }
-            };
-            let mut code = [0u16; CODE_COEFS];
-            code_coefs(template, &mut code);
-            let mut mask = [0u16; MASK_COEFS];
-            mask_coefs(template, &mut mask);
-            // Every pair, the seeded party's included, gives the plain values: the opened
-            // shares are one degree-1 sharing, as in version 1.
-            for (p, q) in [(0, 1), (0, 2), (1, 2)] {
-                let (pp, qq) = (PartyId::ALL[p], PartyId::ALL[q]);
-                let mut out = [0u16; CODE_COEFS];
-                reconstruct((pp, &pick(p).code.0), (qq, &pick(q).code.0), &mut out);
-                assert!(out == code, "{seeded}: code from {p} and {q}");
-                let mut out = [0u16; MASK_COEFS];
-                reconstruct((pp, &pick(p).mask.0), (qq, &pick(q).mask.0), &mut out);
-                assert!(out == mask, "{seeded}: mask from {p} and {q}");
-            }
-        }
+        // Every pair, the seeded party's included, gives the plain values: the opened shares
+        // are one degree-1 sharing, as in version 1.
+        let [a, b, c] = [&*shares[0], &*shares[1], &*shares[2]];
+        assert_pairs_reconstruct([a, b, c], [&f.left, &f.right], &std::format!("{seeded}"));
     }
 }
 

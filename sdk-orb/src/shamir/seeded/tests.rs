@@ -59,34 +59,45 @@ fn the_seeded_party_expands_its_seed_into_exactly_the_shares_it_was_dealt() {
     }
 }
 
+/// Asserts that every pair of parties reconstructs both eyes' plain code and mask from
+/// `shares` (party order): that the three are one degree-1 sharing of `eyes`.
+pub(crate) fn assert_pairs_reconstruct(
+    shares: [&PartyShares; PARTIES],
+    eyes: [&IrisTemplate; 2],
+    context: &str,
+) {
+    for (eye, template) in eyes.into_iter().enumerate() {
+        let pick = |p: usize| {
+            if eye == 0 {
+                &shares[p].left
+            } else {
+                &shares[p].right
+            }
+        };
+        let mut code = [0u16; CODE_COEFS];
+        code_coefs(template, &mut code);
+        let mut mask = [0u16; MASK_COEFS];
+        mask_coefs(template, &mut mask);
+        for (p, q) in [(0, 1), (0, 2), (1, 2)] {
+            let (pp, qq) = (PartyId::ALL[p], PartyId::ALL[q]);
+            let mut out = [0u16; CODE_COEFS];
+            reconstruct((pp, &pick(p).code.0), (qq, &pick(q).code.0), &mut out);
+            assert!(out == code, "{context}: code from {p} and {q}");
+            let mut out = [0u16; MASK_COEFS];
+            reconstruct((pp, &pick(p).mask.0), (qq, &pick(q).mask.0), &mut out);
+            assert!(out == mask, "{context}: mask from {p} and {q}");
+        }
+    }
+}
+
 #[test]
 fn any_two_parties_reconstruct_both_eyes_whichever_party_is_seeded() {
     let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(41);
     let (left, right) = (random(&mut rng, 0.2), random(&mut rng, 0.1));
     for seeded in PartyId::ALL {
         let shares = share_person(&ShareSeed::random(&mut rng), seeded, [&left, &right]);
-        for (eye, template) in [&left, &right].into_iter().enumerate() {
-            let pick = |p: usize| {
-                if eye == 0 {
-                    &shares[p].left
-                } else {
-                    &shares[p].right
-                }
-            };
-            let mut code = [0u16; CODE_COEFS];
-            code_coefs(template, &mut code);
-            let mut mask = [0u16; MASK_COEFS];
-            mask_coefs(template, &mut mask);
-            for (p, q) in [(0, 1), (0, 2), (1, 2)] {
-                let (pp, qq) = (PartyId::ALL[p], PartyId::ALL[q]);
-                let mut out = [0u16; CODE_COEFS];
-                reconstruct((pp, &pick(p).code.0), (qq, &pick(q).code.0), &mut out);
-                assert!(out == code, "code, {seeded}, parties {p} {q}");
-                let mut out = [0u16; MASK_COEFS];
-                reconstruct((pp, &pick(p).mask.0), (qq, &pick(q).mask.0), &mut out);
-                assert!(out == mask, "mask, {seeded}, parties {p} {q}");
-            }
-        }
+        let [a, b, c] = &*shares;
+        assert_pairs_reconstruct([a, b, c], [&left, &right], &std::format!("{seeded}"));
     }
 }
 
