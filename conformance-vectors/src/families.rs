@@ -9,6 +9,7 @@ pub mod envelope_sealing_v2;
 pub mod layout;
 pub mod masked_bitvectors;
 pub mod payload_rejections;
+pub mod payload_rejections_v2;
 pub mod preprocess;
 pub mod requests;
 pub mod ring;

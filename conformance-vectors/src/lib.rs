@@ -71,6 +71,8 @@ pub enum Family {
     EnvelopeRejections,
     /// Decrypted payloads nodes must reject, with the exact error.
     PayloadRejections,
+    /// Decrypted version 2 payloads nodes must reject, with the exact error.
+    PayloadRejectionsV2,
     /// The node's comparison phase: the two-part split, the lift, `x = A md - 2^16 cd` and its
     /// MSB, per party and opened.
     Comparison,
@@ -80,7 +82,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 16] = [
+    pub const ALL: [Family; 17] = [
         Family::TemplateCodec,
         Family::MaskedBitvectors,
         Family::Rotations,
@@ -95,6 +97,7 @@ impl Family {
         Family::EnvelopeSealingV2,
         Family::EnvelopeRejections,
         Family::PayloadRejections,
+        Family::PayloadRejectionsV2,
         Family::Comparison,
         Family::Requests,
     ];
@@ -116,6 +119,7 @@ impl Family {
             Family::EnvelopeSealingV2 => "envelope_sealing_v2",
             Family::EnvelopeRejections => "envelope_rejections",
             Family::PayloadRejections => "payload_rejections",
+            Family::PayloadRejectionsV2 => "payload_rejections_v2",
             Family::Comparison => "comparison",
             Family::Requests => "requests",
         }
@@ -345,6 +349,7 @@ macro_rules! dispatch {
             Family::EnvelopeSealingV2 => $f::<families::envelope_sealing_v2::Spec>($($arg),*),
             Family::EnvelopeRejections => $f::<families::envelope_rejections::Spec>($($arg),*),
             Family::PayloadRejections => $f::<families::payload_rejections::Spec>($($arg),*),
+            Family::PayloadRejectionsV2 => $f::<families::payload_rejections_v2::Spec>($($arg),*),
             Family::Comparison => $f::<families::comparison::Spec>($($arg),*),
             Family::Requests => $f::<families::requests::Spec>($($arg),*),
         }

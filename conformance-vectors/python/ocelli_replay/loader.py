@@ -27,6 +27,7 @@ FAMILIES = (
     "envelope_sealing_v2",
     "envelope_rejections",
     "payload_rejections",
+    "payload_rejections_v2",
     "comparison",
     "requests",
 )
