@@ -1,48 +1,19 @@
 //! `payload_rejections_v2`: decrypted version 2 payloads a node must reject, with the exact
 //! error: the seed where shares belong and shares where the seed belongs among them.
 
-use serde::{Deserialize, Serialize};
-
 use sdk_orb::envelope::v2::decode_payload_v2;
 use sdk_orb::shamir::seeded::seeded_party;
-use sdk_orb::shamir::PartyShares;
 use sdk_orb::{PartyId, RequestId};
 
-use crate::common::{party, seed};
-use crate::envelope::{eye, payload, ErrorKind, Pb};
-use crate::format::{expect_eq, Flag, Hex, Vector};
+use super::payload_rejections::{vectors, verify_with, Case};
+use crate::common::seed;
+use crate::envelope::{eye, payload, Pb};
+use crate::format::Vector;
 use crate::{Family, Sources};
 
 /// The family.
 #[derive(Debug)]
 pub enum Spec {}
-
-/// A payload vector.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum Case {
-    /// `payload` opened by `party` for `request_id` (whose seeded party follows from it) is
-    /// rejected with `error`.
-    Reject {
-        /// The party decoding.
-        party: u8,
-        /// The envelope's request id.
-        request_id: Hex,
-        /// The decrypted payload bytes.
-        payload: Hex,
-        /// The exact error.
-        error: ErrorKind,
-    },
-}
-
-fn decode(p: u8, request_id: &Hex, bytes: &[u8]) -> Result<Result<(), ErrorKind>, String> {
-    let rid = RequestId(request_id.array::<16>("request_id")?);
-    let mut out = Box::new(PartyShares::zero());
-    match decode_payload_v2(bytes, party(p)?, &rid, &mut out) {
-        Ok(()) => Ok(Ok(())),
-        Err(e) => Ok(Err(ErrorKind::from_sdk(e)?)),
-    }
-}
 
 /// A payload of version 2 for `party` with a seed field (6) after the given eyes.
 fn seeded(party: u64, request_id: &[u8], left: Option<&[u8]>, seed: Option<&[u8]>) -> Vec<u8> {
@@ -119,38 +90,14 @@ impl crate::Spec for Spec {
             ),
             ("another party: no eyes", 0, payload(2, 0, &rid, None, None)),
         ];
-        let mut out = Vec::new();
-        for (comment, p, bytes) in cases {
-            let request_id = Hex(rid.to_vec());
-            let error = match decode(p, &request_id, &bytes)? {
-                Ok(()) => return Err(format!("{comment}: accepted")),
-                Err(e) => e,
-            };
-            out.push(Vector {
-                id: out.len() as u32 + 1,
-                comment: comment.to_string(),
-                flags: vec![Flag::EdgeCase, Flag::Invalid],
-                case: Case::Reject {
-                    party: p,
-                    request_id,
-                    payload: Hex(bytes),
-                    error,
-                },
-            });
-        }
-        Ok(out)
+        let cases = cases
+            .into_iter()
+            .map(|(comment, p, bytes)| (comment, p, &rid, bytes))
+            .collect();
+        vectors(decode_payload_v2, cases)
     }
 
     fn verify(vector: &Vector<Case>, _all: &[Vector<Case>]) -> Result<(), String> {
-        let Case::Reject {
-            party: p,
-            request_id,
-            payload: bytes,
-            error,
-        } = &vector.case;
-        match decode(*p, request_id, &bytes.0)? {
-            Ok(()) => Err("accepted".to_string()),
-            Err(e) => expect_eq("error", &e, error),
-        }
+        verify_with(decode_payload_v2, vector)
     }
 }
