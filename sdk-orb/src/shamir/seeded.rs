@@ -56,6 +56,15 @@ pub const fn seeded_party(request_id: &RequestId) -> PartyId {
 /// The seed's keystream as ring elements.
 pub struct SeedStream(ChaCha20Rng);
 
+/// The generator holds the seed's key and keystream, and has no `Zeroize`: overwrite it with
+/// the zero key's state, through `black_box` so the store is not elided.
+impl Drop for SeedStream {
+    fn drop(&mut self) {
+        self.0 = ChaCha20Rng::from_seed([0; SEED_BYTES]);
+        core::hint::black_box(&self.0);
+    }
+}
+
 impl core::fmt::Debug for SeedStream {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SeedStream").finish_non_exhaustive()
