@@ -65,10 +65,14 @@ pub enum Family {
     EnvelopeHeader,
     /// Complete envelopes from a seeded RNG: HPKE sealing, digest, signature, opening.
     EnvelopeSealing,
+    /// Complete version 2 envelopes (X-Wing HPKE, one party's shares as a seed).
+    EnvelopeSealingV2,
     /// Envelopes nodes must reject, with the exact error at each stage.
     EnvelopeRejections,
     /// Decrypted payloads nodes must reject, with the exact error.
     PayloadRejections,
+    /// Decrypted version 2 payloads nodes must reject, with the exact error.
+    PayloadRejectionsV2,
     /// The node's comparison phase: the two-part split, the lift, `x = A md - 2^16 cd` and its
     /// MSB, per party and opened.
     Comparison,
@@ -78,7 +82,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 15] = [
+    pub const ALL: [Family; 17] = [
         Family::TemplateCodec,
         Family::MaskedBitvectors,
         Family::Rotations,
@@ -90,8 +94,10 @@ impl Family {
         Family::DotShares,
         Family::EnvelopeHeader,
         Family::EnvelopeSealing,
+        Family::EnvelopeSealingV2,
         Family::EnvelopeRejections,
         Family::PayloadRejections,
+        Family::PayloadRejectionsV2,
         Family::Comparison,
         Family::Requests,
     ];
@@ -110,8 +116,10 @@ impl Family {
             Family::DotShares => "dot_shares",
             Family::EnvelopeHeader => "envelope_header",
             Family::EnvelopeSealing => "envelope_sealing",
+            Family::EnvelopeSealingV2 => "envelope_sealing_v2",
             Family::EnvelopeRejections => "envelope_rejections",
             Family::PayloadRejections => "payload_rejections",
+            Family::PayloadRejectionsV2 => "payload_rejections_v2",
             Family::Comparison => "comparison",
             Family::Requests => "requests",
         }
@@ -338,8 +346,10 @@ macro_rules! dispatch {
             Family::DotShares => $f::<families::dot_shares::Spec>($($arg),*),
             Family::EnvelopeHeader => $f::<families::envelope_header::Spec>($($arg),*),
             Family::EnvelopeSealing => $f::<families::envelope_sealing::Spec>($($arg),*),
+            Family::EnvelopeSealingV2 => $f::<families::envelope_sealing_v2::Spec>($($arg),*),
             Family::EnvelopeRejections => $f::<families::envelope_rejections::Spec>($($arg),*),
             Family::PayloadRejections => $f::<families::payload_rejections::Spec>($($arg),*),
+            Family::PayloadRejectionsV2 => $f::<families::payload_rejections_v2::Spec>($($arg),*),
             Family::Comparison => $f::<families::comparison::Spec>($($arg),*),
             Family::Requests => $f::<families::requests::Spec>($($arg),*),
         }

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand_core::{CryptoRng, RngCore};
-use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
-use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
+use sdk_orb::envelope::v2::seal_envelope_v2_to_vec;
+use sdk_orb::envelope::RequestMeta;
+use sdk_orb::keys::{NodeHybridPublicKeys, OrbSigningKey};
 use sdk_orb::{IrisTemplate, PartyId, RequestId};
 use shared_proto::v1::{
     GetResultRequest, NodeResult, SignedResult, StreamResultsRequest, SubmitRequest,
@@ -132,10 +133,11 @@ impl Deployment {
     pub fn orb(&self) -> Result<Orb, ToolError> {
         let keys = keys_dir(&self.dir);
         let signing = OrbSigningKey::from_bytes(&*read_key32(&keys.join("orb/orb-signing.key"))?);
-        let bundle: [u8; 96] = std::fs::read(keys.join("node-public-keys.bin"))?
-            .try_into()
-            .map_err(|_| "node-public-keys.bin is not 96 bytes")?;
-        let nodes = NodePublicKeys::from_bytes(&bundle).map_err(|e| e.to_string())?;
+        let bundle: [u8; NodeHybridPublicKeys::BYTES] =
+            std::fs::read(keys.join("node-public-keys-v2.bin"))?
+                .try_into()
+                .map_err(|_| "node-public-keys-v2.bin is not three X-Wing public keys")?;
+        let nodes = NodeHybridPublicKeys::from_bytes(&bundle).map_err(|e| e.to_string())?;
         let mut result_keys = Vec::new();
         let mut clients = Vec::new();
         for (party, cfg) in PartyId::ALL.into_iter().zip(&self.configs) {
@@ -293,7 +295,7 @@ impl LocalCluster {
 /// The orb side of a deployment.
 pub struct Orb {
     signing: OrbSigningKey,
-    nodes: NodePublicKeys,
+    nodes: NodeHybridPublicKeys,
     result_keys: [ed25519_dalek::VerifyingKey; 3],
     clients: Vec<OrbClient>,
 }
@@ -305,7 +307,7 @@ impl std::fmt::Debug for Orb {
 }
 
 impl Orb {
-    /// Seals and signs a person's envelope.
+    /// Seals and signs a person's envelope (version 2).
     ///
     /// # Errors
     /// A serial id that does not fit the request type.
@@ -316,7 +318,7 @@ impl Orb {
         left: &IrisTemplate,
         right: &IrisTemplate,
     ) -> Result<Vec<u8>, ToolError> {
-        Ok(seal_envelope_to_vec(
+        Ok(seal_envelope_v2_to_vec(
             rng,
             meta,
             left,

@@ -47,6 +47,9 @@ pub struct NodeConfig {
     /// Envelope intake limits.
     #[serde(default)]
     pub intake: IntakeConfig,
+    /// Which envelope versions intake accepts.
+    #[serde(default)]
+    pub envelope: EnvelopeConfig,
     /// Batch formation.
     #[serde(default)]
     pub batch: BatchConfig,
@@ -296,6 +299,10 @@ pub struct KeysConfig {
     /// pending: it opens those, never new submissions.
     #[serde(default)]
     pub hpke_previous_secret: Option<PathBuf>,
+    /// X-Wing HPKE secret key: its 32-byte seed (hex). Opens envelope version 2; without it
+    /// the node accepts version 1 only.
+    #[serde(default)]
+    pub hpke_hybrid_secret: Option<PathBuf>,
     /// Ed25519 result-signing key (hex).
     pub result_signing: PathBuf,
     /// File with one allowed orb Ed25519 verifying key (hex) per line.
@@ -407,6 +414,37 @@ pub struct PeerConfig {
     /// with them. Removed once every node has applied a batch signed with the new key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous_result_keys: Vec<PathBuf>,
+}
+
+/// Which envelope versions intake accepts: version 2 always (given `keys.hpke_hybrid_secret`),
+/// version 1 until `accept_v1_until` and unless `refuse_v1`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnvelopeConfig {
+    /// The end of the migration window (RFC 3339, e.g. `2027-03-01T00:00:00Z`): version 1
+    /// envelopes are refused from then on. Absent: no end.
+    pub accept_v1_until: Option<String>,
+    /// Refuse version 1 envelopes now, whatever the window.
+    pub refuse_v1: bool,
+}
+
+impl EnvelopeConfig {
+    /// The end of the window in milliseconds since the Unix epoch, if one is set.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a time that is not RFC 3339.
+    pub fn v1_until_ms(&self) -> Result<Option<u64>, ConfigError> {
+        self.accept_v1_until
+            .as_deref()
+            .map(|t| {
+                crate::clock::parse_rfc3339_ms(t).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "envelope.accept_v1_until {t:?} is not an RFC 3339 time"
+                    ))
+                })
+            })
+            .transpose()
+    }
 }
 
 /// Envelope intake limits.
@@ -635,6 +673,9 @@ impl NodeConfig {
             fix(p);
         }
         fix(&mut self.keys.hpke_secret);
+        if let Some(p) = &mut self.keys.hpke_hybrid_secret {
+            fix(p);
+        }
         if let Some(p) = &mut self.keys.hpke_previous_secret {
             fix(p);
         }
@@ -676,6 +717,10 @@ impl NodeConfig {
         }
         if self.intake.max_concurrent == 0 {
             return bad("intake.max_concurrent must be at least 1");
+        }
+        let window = self.envelope.v1_until_ms()?;
+        if (self.envelope.refuse_v1 || window.is_some()) && self.keys.hpke_hybrid_secret.is_none() {
+            return bad("envelope.refuse_v1 and envelope.accept_v1_until need keys.hpke_hybrid_secret (version 2)");
         }
         if !(0.0..0.5).contains(&self.matching.threshold) {
             return bad("matching.threshold must lie in [0, 0.5)");

@@ -7,9 +7,10 @@
 
 use std::collections::HashSet;
 
-use sdk_orb::envelope::{EnvelopeError, EnvelopeView};
-use sdk_orb::keys::NodeSecretKey;
-use sdk_orb::PartyId;
+use sdk_orb::envelope::v2::open_payload_v2;
+use sdk_orb::envelope::{envelope_version, open_payload, EnvelopeError, EnvelopeView, Version};
+use sdk_orb::keys::{NodeHybridSecretKey, NodeSecretKey};
+use sdk_orb::{PartyId, PartyShares};
 
 pub mod or_rule;
 
@@ -27,8 +28,10 @@ pub enum RejectReason {
     Oversized,
     /// Not a well-formed envelope encoding.
     Malformed,
-    /// Unknown envelope version.
+    /// Unknown envelope version, or version 2 on a node without an X-Wing key.
     UnsupportedVersion,
+    /// Envelope version 1 after the node stopped accepting it (`[envelope]`).
+    Version1Refused,
     /// A field has the wrong length (ids, keys, ciphertexts).
     BadLength,
     /// The orb key is not on the allow-list.
@@ -59,10 +62,11 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason (for metrics and docs).
-    pub const ALL: [RejectReason; 16] = [
+    pub const ALL: [RejectReason; 17] = [
         Self::Oversized,
         Self::Malformed,
         Self::UnsupportedVersion,
+        Self::Version1Refused,
         Self::BadLength,
         Self::UnknownOrbKey,
         Self::BadSignature,
@@ -84,6 +88,7 @@ impl RejectReason {
             Self::Oversized => "oversized",
             Self::Malformed => "malformed",
             Self::UnsupportedVersion => "unsupported_version",
+            Self::Version1Refused => "version1_refused",
             Self::BadLength => "bad_length",
             Self::UnknownOrbKey => "unknown_orb_key",
             Self::BadSignature => "bad_signature",
@@ -110,7 +115,9 @@ impl RejectReason {
             Self::BadSignature => Code::Unauthenticated,
             Self::StaleTimestamp | Self::FutureTimestamp => Code::OutOfRange,
             Self::Replay => Code::AlreadyExists,
-            Self::WrongParty | Self::RequestIdMismatch => Code::FailedPrecondition,
+            Self::WrongParty | Self::RequestIdMismatch | Self::Version1Refused => {
+                Code::FailedPrecondition
+            }
             Self::DecryptionFailed => Code::DataLoss,
             Self::BadShares | Self::InvalidRequest => Code::InvalidArgument,
             Self::ShuttingDown => Code::Unavailable,
@@ -170,6 +177,13 @@ fn from_sdk(e: EnvelopeError) -> Rejection {
     Rejection::new(reason, e.to_string())
 }
 
+fn no_hybrid_key() -> Rejection {
+    Rejection::new(
+        RejectReason::UnsupportedVersion,
+        "envelope version 2 needs this node's X-Wing key (keys.hpke_hybrid_secret)",
+    )
+}
+
 /// Serialises opened shares into the stored layout.
 fn to_stored(p: &sdk_orb::PartyShares) -> StoredShares {
     use crate::shares::{CODE_BYTES, MASK_BYTES};
@@ -191,6 +205,12 @@ pub struct IntakePolicy {
     /// The HPKE key before the last rotation: opens envelopes already held (pending) that
     /// were sealed to it; new envelopes must be sealed to `secret`.
     previous: Option<NodeSecretKey>,
+    /// The X-Wing key that opens envelope version 2; `None`: version 1 only.
+    hybrid: Option<NodeHybridSecretKey>,
+    /// Version 1 is accepted before this time (ms since the epoch); `None`: no end.
+    v1_until_ms: Option<u64>,
+    /// Version 1 is refused whatever the time.
+    refuse_v1: bool,
     orb_keys: HashSet<[u8; 32]>,
     /// Oldest accepted capture time, ms before now.
     pub freshness_ms: u64,
@@ -232,6 +252,9 @@ pub enum IntakeSetupError {
     /// The HPKE secret is not a valid X25519 key.
     #[error("invalid HPKE secret key")]
     HpkeSecret,
+    /// The `[envelope]` section is invalid.
+    #[error("{0}")]
+    Envelope(#[from] crate::config::ConfigError),
 }
 
 impl IntakePolicy {
@@ -250,6 +273,9 @@ impl IntakePolicy {
             secret: NodeSecretKey::from_bytes(secret_bytes)
                 .map_err(|_| IntakeSetupError::HpkeSecret)?,
             previous: None,
+            hybrid: None,
+            v1_until_ms: None,
+            refuse_v1: false,
             orb_keys: orb_keys.into_iter().map(|k| k.to_bytes()).collect(),
             freshness_ms: cfg.freshness_window_s.saturating_mul(1000),
             future_ms: cfg.max_future_skew_s.saturating_mul(1000),
@@ -278,7 +304,45 @@ impl IntakePolicy {
                 ),
             ));
         }
-        let view = EnvelopeView::parse(bytes).map_err(from_sdk)?;
+        match envelope_version(bytes) {
+            Ok(2) => {
+                let Some(hybrid) = &self.hybrid else {
+                    return Err(no_hybrid_key());
+                };
+                let view = EnvelopeView::parse_v2(bytes).map_err(from_sdk)?;
+                self.check_view(&view, now_ms, seen, |v| {
+                    open_payload_v2(v, self.party, hybrid)
+                })
+            }
+            version => {
+                if version == Ok(1) && !self.accepts_v1(now_ms) {
+                    return Err(Rejection::new(
+                        RejectReason::Version1Refused,
+                        "envelope version 1 is no longer accepted (envelope.refuse_v1 or \
+                         envelope.accept_v1_until): seal version 2",
+                    ));
+                }
+                let view = EnvelopeView::parse(bytes).map_err(from_sdk)?;
+                self.check_view(&view, now_ms, seen, |v| {
+                    open_payload(v, self.party, &self.secret)
+                })
+            }
+        }
+    }
+
+    /// Whether envelope version 1 is accepted at `now_ms`.
+    pub fn accepts_v1(&self, now_ms: u64) -> bool {
+        !self.refuse_v1 && self.v1_until_ms.is_none_or(|until| now_ms < until)
+    }
+
+    /// The checks after parsing, for either version; `open` decrypts this party's payload.
+    fn check_view<V: Version>(
+        &self,
+        view: &EnvelopeView<'_, V>,
+        now_ms: u64,
+        seen: impl FnOnce(&RequestId) -> Result<bool, StoreError>,
+        open: impl FnOnce(&EnvelopeView<'_, V>) -> Result<Box<PartyShares>, EnvelopeError>,
+    ) -> Result<Accepted, Rejection> {
         let orb_key = view.orb_key();
         if !self.orb_keys.contains(&orb_key) {
             return Err(Rejection::new(
@@ -314,8 +378,7 @@ impl IntakePolicy {
             }
             Err(e) => return Err(Rejection::new(RejectReason::Internal, e.to_string())),
         }
-        let payload =
-            sdk_orb::envelope::open_payload(&view, self.party, &self.secret).map_err(from_sdk)?;
+        let payload = open(view).map_err(from_sdk)?;
         let shares = to_stored(&payload);
         Ok(Accepted {
             id,
@@ -333,6 +396,12 @@ impl IntakePolicy {
     /// # Errors
     /// The envelope no longer opens (corrupt store).
     pub fn reopen(&self, bytes: &[u8]) -> Result<StoredShares, Rejection> {
+        if envelope_version(bytes) == Ok(2) {
+            let hybrid = self.hybrid.as_ref().ok_or_else(no_hybrid_key)?;
+            let view = EnvelopeView::parse_v2(bytes).map_err(from_sdk)?;
+            let payload = open_payload_v2(&view, self.party, hybrid).map_err(from_sdk)?;
+            return Ok(to_stored(&payload));
+        }
         let view = EnvelopeView::parse(bytes).map_err(from_sdk)?;
         let payload = match (
             sdk_orb::envelope::open_payload(&view, self.party, &self.secret),
@@ -345,6 +414,22 @@ impl IntakePolicy {
             (Err(e), None) => return Err(from_sdk(e)),
         };
         Ok(to_stored(&payload))
+    }
+
+    /// Sets the envelope versions accepted: version 2 with the X-Wing key of `hybrid_seed`
+    /// (none: version 1 only), version 1 as `cfg` says.
+    ///
+    /// # Errors
+    /// `cfg.accept_v1_until` is not an RFC 3339 time.
+    pub fn with_envelope_versions(
+        mut self,
+        hybrid_seed: Option<&[u8; 32]>,
+        cfg: &crate::config::EnvelopeConfig,
+    ) -> Result<Self, IntakeSetupError> {
+        self.hybrid = hybrid_seed.map(NodeHybridSecretKey::from_seed);
+        self.v1_until_ms = cfg.v1_until_ms()?;
+        self.refuse_v1 = cfg.refuse_v1;
+        Ok(self)
     }
 
     /// Keeps the HPKE key before a rotation, to open envelopes held from before it.

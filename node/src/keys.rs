@@ -7,11 +7,13 @@
 //! | --- | --- | --- |
 //! | `ca.pem`, `ca.key.pem` | deployment CA certificate / key | 0644 / 0600 |
 //! | `partyN/tls.pem`, `partyN/tls.key.pem` | node TLS certificate / key | 0644 / 0600 |
-//! | `partyN/hpke.key`, `partyN/hpke.pub` | X25519 HPKE secret / public key, hex | 0600 / 0644 |
+//! | `partyN/hpke.key`, `partyN/hpke.pub` | X25519 HPKE secret / public key (envelope version 1), hex | 0600 / 0644 |
+//! | `partyN/hpke-hybrid.key`, `partyN/hpke-hybrid.pub` | X-Wing HPKE secret (its 32-byte seed) / public key (1,216 bytes) (envelope version 2), hex | 0600 / 0644 |
 //! | `partyN/result-signing.key`, `partyN/result-verifying.pub` | Ed25519 result key, hex | 0600 / 0644 |
 //! | `orb/orb-signing.key`, `orb/orb-verifying.pub` | an orb device key, hex | 0600 / 0644 |
 //! | `orb-allow-list.txt` | allowed orb keys, one hex key per line | 0644 |
 //! | `node-public-keys.bin` | the three X25519 public keys, 96 bytes, party order | 0644 |
+//! | `node-public-keys-v2.bin` | the three X-Wing public keys, 3,648 bytes, party order | 0644 |
 //! | `public-bundle.toml` | the same, plus the result verifying keys, hex | 0644 |
 //! | `partyN.toml` | a node config for 127.0.0.1 | 0644 |
 
@@ -112,6 +114,10 @@ impl KeygenOutput {
     pub fn public_keys(&self) -> PathBuf {
         self.dir.join("node-public-keys.bin")
     }
+    /// `node-public-keys-v2.bin`: the X-Wing keys orbs seal version 2 envelopes to.
+    pub fn public_keys_v2(&self) -> PathBuf {
+        self.dir.join("node-public-keys-v2.bin")
+    }
     /// `gatewayN/`: certificate (`tls.pem`) and key (`tls.key.pem`) of orb gateway `n`.
     pub fn gateway(&self, n: u8) -> PathBuf {
         self.dir.join(format!("gateway{n}"))
@@ -208,6 +214,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
     let issuer = Issuer::new(ca_params, ca_key);
 
     let mut hpke_pubs = Vec::with_capacity(96);
+    let mut hybrid_pubs = Vec::with_capacity(sdk_orb::keys::NodeHybridPublicKeys::BYTES);
     let mut bundle = String::from("# ocelli public key bundle (hex)\n");
     for party in PartyId::ALL {
         let key = KeyPair::generate()?;
@@ -250,6 +257,8 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
             force,
         )?;
         hpke_pubs.extend_from_slice(&hpke_pub);
+        let hybrid_pub = write_hybrid_key(&out.party_file(party, "hpke-hybrid"), force)?;
+        hybrid_pubs.extend_from_slice(&hybrid_pub);
 
         let sign = ed25519_dalek::SigningKey::generate(&mut OsRng);
         write_file(
@@ -266,9 +275,10 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
             force,
         )?;
         bundle.push_str(&format!(
-            "[{}]\nhpke_public = \"{}\"\nresult_verifying = \"{}\"\n",
+            "[{}]\nhpke_public = \"{}\"\nhybrid_public = \"{}\"\nresult_verifying = \"{}\"\n",
             party_dir(party),
             hex::encode(hpke_pub),
+            hex::encode(hybrid_pub),
             hex::encode(verify.as_bytes())
         ));
     }
@@ -294,6 +304,7 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
     }
 
     write_file(&out.public_keys(), &hpke_pubs, false, force)?;
+    write_file(&out.public_keys_v2(), &hybrid_pubs, false, force)?;
     write_file(
         &opts.out_dir.join("public-bundle.toml"),
         bundle.as_bytes(),
@@ -337,6 +348,32 @@ pub fn keygen(opts: &KeygenOptions) -> Result<KeygenOutput, KeyError> {
     Ok(out)
 }
 
+/// Draws a node's X-Wing key and writes `<stem>.key` (the seed, hex, 0600) and `<stem>.pub`
+/// (hex); returns the public key. `force` overwrites existing files.
+///
+/// # Errors
+/// A file exists (without `force`) or cannot be written.
+pub fn write_hybrid_key(
+    stem: &Path,
+    force: bool,
+) -> Result<[u8; sdk_orb::keys::HYBRID_PUBLIC_KEY_BYTES], KeyError> {
+    let key = sdk_orb::keys::NodeHybridSecretKey::generate(&mut OsRng);
+    let public = key.public_key().to_bytes();
+    write_file(
+        &stem.with_extension("key"),
+        hex_line(&key.to_seed()[..]).as_bytes(),
+        true,
+        force,
+    )?;
+    write_file(
+        &stem.with_extension("pub"),
+        hex_line(&public).as_bytes(),
+        false,
+        force,
+    )?;
+    Ok(public)
+}
+
 /// A node config for party `party` on 127.0.0.1, paths relative to the key directory.
 pub fn sample_node_config(party: PartyId, base: u16) -> crate::config::NodeConfig {
     use crate::config::{KeysConfig, ListenConfig, NodeConfig, PeerConfig, TlsConfig};
@@ -361,6 +398,7 @@ pub fn sample_node_config(party: PartyId, base: u16) -> crate::config::NodeConfi
         keys: KeysConfig {
             hpke_secret: dir(party, "hpke.key"),
             hpke_previous_secret: None,
+            hpke_hybrid_secret: Some(dir(party, "hpke-hybrid.key")),
             result_signing: dir(party, "result-signing.key"),
             orb_allow_list: "orb-allow-list.txt".into(),
         },
@@ -376,6 +414,7 @@ pub fn sample_node_config(party: PartyId, base: u16) -> crate::config::NodeConfi
             })
             .collect(),
         intake: Default::default(),
+        envelope: Default::default(),
         batch: Default::default(),
         matching: Default::default(),
         store: Default::default(),
@@ -522,6 +561,7 @@ mod tests {
             dir.path().join("ca.key.pem"),
             out.party_file(PartyId::ALL[1], "tls.key.pem"),
             out.party_file(PartyId::ALL[2], "hpke.key"),
+            out.party_file(PartyId::ALL[1], "hpke-hybrid.key"),
             out.party_file(PartyId::ALL[0], "result-signing.key"),
             out.orb_signing_key(),
         ] {
@@ -529,6 +569,16 @@ mod tests {
             assert_eq!(mode, 0o600, "{}", p.display());
         }
         assert_eq!(fs::read(out.public_keys())?.len(), 96);
+        let hybrid: [u8; sdk_orb::keys::NodeHybridPublicKeys::BYTES] =
+            fs::read(out.public_keys_v2())?
+                .try_into()
+                .map_err(|_| "node-public-keys-v2.bin length")?;
+        let bundle = sdk_orb::keys::NodeHybridPublicKeys::from_bytes(&hybrid)?;
+        let seed = read_key32(&out.party_file(PartyId::ALL[1], "hpke-hybrid.key"))?;
+        assert_eq!(
+            sdk_orb::keys::NodeHybridSecretKey::from_seed(&seed).public_key(),
+            bundle.0[1]
+        );
         assert_eq!(
             read_allow_list(&dir.path().join("orb-allow-list.txt"))?.len(),
             1

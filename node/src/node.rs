@@ -150,6 +150,10 @@ impl NodeState {
         if let Some(previous) = &config.keys.hpke_previous_secret {
             intake = intake.with_previous_key(&*keys::read_key32(previous)?)?;
         }
+        let hybrid = (config.keys.hpke_hybrid_secret.as_deref())
+            .map(keys::read_key32)
+            .transpose()?;
+        intake = intake.with_envelope_versions(hybrid.as_deref(), &config.envelope)?;
         let signer = ResultSigner::from_seed(&sign, party);
         let mut peer_result_keys = std::collections::HashMap::new();
         for p in &config.peers {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the C interface as a static library, compiles examples/seal_fixture.c against it
 # with the host C compiler, seals the fixture person through C and through Rust (the same
-# keys and seeded ChaCha20 stream), and compares the two envelopes byte for byte.
+# keys and seeded ChaCha20 stream), as envelope version 1 and version 2, and compares the
+# C and Rust envelopes of each version byte for byte.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -18,7 +19,9 @@ trap 'rm -rf "$work"' EXIT
 
 left=sdk-orb/examples/data/left.json
 right=sdk-orb/examples/data/right.json
-echo "C:    $("$work/seal_fixture_c" "$left" "$right" "$work/c.envelope")"
-echo "Rust: $("$target_dir/release/examples/seal_fixture" "$left" "$right" "$work/rust.envelope")"
-cmp "$work/c.envelope" "$work/rust.envelope"
-echo "C and Rust envelopes identical ($(wc -c <"$work/c.envelope") bytes, sha256 $(sha256sum "$work/c.envelope" | cut -c1-16)...)"
+echo "C:    $("$work/seal_fixture_c" "$left" "$right" "$work/c.envelope" "$work/c.v2.envelope")"
+echo "Rust: $("$target_dir/release/examples/seal_fixture" "$left" "$right" "$work/rust.envelope" "$work/rust.v2.envelope")"
+for v in "" .v2; do
+  cmp "$work/c$v.envelope" "$work/rust$v.envelope"
+  echo "C and Rust envelopes$v identical ($(wc -c <"$work/c$v.envelope") bytes, sha256 $(sha256sum "$work/c$v.envelope" | cut -c1-16)...)"
+done

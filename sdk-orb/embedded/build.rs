@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-const FAMILIES: [&str; 9] = [
+const FAMILIES: [&str; 10] = [
     "template_codec",
     "masked_bitvectors",
     "rotations",
@@ -18,6 +18,7 @@ const FAMILIES: [&str; 9] = [
     "envelope_sealing",
     "envelope_rejections",
     "payload_rejections",
+    "envelope_sealing_v2",
 ];
 
 fn main() {
@@ -444,6 +445,26 @@ impl Gen {
                     arr(&hex(&c["rng_seed"])),
                     self.digests16(&c["code"]),
                     self.digests16(&c["mask"])
+                )
+            }
+            ("envelope_sealing_v2", "seal") => {
+                let left = self.template(&c["left"]);
+                let right = self.template(&c["right"]);
+                let envelope = self.blob(&hex(&c["envelope"]));
+                let seeds: Vec<String> = c["keys"]["node_seeds"]
+                    .as_array()
+                    .expect("node seeds")
+                    .iter()
+                    .map(|k| arr(&hex(k)))
+                    .collect();
+                format!(
+                    "Case::SealV2(&SealV2 {{ rng_seed: {}, request: {}, left: {left}, right: \
+                     {right}, node_seeds: [{}], orb_seed: {}, digest: {}, envelope: {envelope} }})",
+                    arr(&hex(&c["rng_seed"])),
+                    self.request(&c["request"]),
+                    seeds.join(","),
+                    arr(&hex(&c["keys"]["orb_secret_key"])),
+                    arr(&hex(&c["digest"]))
                 )
             }
             ("envelope_sealing", "seal") => {

@@ -13,6 +13,9 @@
 //! is the envelope header (version, request id, type, timestamp, serial id, policy, orb key);
 //! the digest covers the header and all three encapsulated keys and ciphertexts.
 //!
+//! Version 2 ([`v2`]) seals with hybrid post-quantum HPKE (X-Wing) and sends one party a
+//! seed instead of its shares; [`envelope_version`] tells which parser to use.
+//!
 //! Modules: `format` (sizes, the header, the digest, the error type, the field layouts),
 //! `seal` (the orb's side), `parse` (structure and signature), `open` (a node's payload).
 
@@ -20,12 +23,13 @@ mod format;
 mod open;
 mod parse;
 mod seal;
+pub mod v2;
 
 pub use self::format::*;
 pub use self::open::decode_payload;
 #[cfg(feature = "alloc")]
 pub use self::open::open_payload;
-pub use self::parse::{EnvelopeView, SealedPayloadView};
+pub use self::parse::{envelope_version, EnvelopeView, SealedPayloadView, Version, V1, V2};
 #[cfg(feature = "alloc")]
 pub use self::seal::seal_envelope_to_vec;
 pub use self::seal::{encode_payload, hazmat_seal_plaintexts, seal_envelope};

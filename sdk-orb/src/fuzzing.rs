@@ -1,7 +1,8 @@
 //! Entry points for the fuzz targets: each decodes untrusted bytes and checks the invariants
 //! that hold for every accepted input. Compiled in normal builds so they never rot.
 
-use crate::envelope::{decode_payload, EnvelopeView, MAX_ENVELOPE_LEN};
+use crate::envelope::v2::decode_payload_v2;
+use crate::envelope::{decode_payload, EnvelopeView, Version};
 use crate::shamir::PartyShares;
 use crate::template::{IrisTemplate, TemplatePolicy};
 use crate::{PartyId, RequestId};
@@ -20,16 +21,23 @@ pub fn template_json(data: &[u8]) {
     }
 }
 
-/// Envelopes: accepted envelopes are canonical (re-encode to the same bytes); digest and
-/// signature checks never panic.
+/// Envelopes of either version: accepted envelopes are canonical (re-encode to the same
+/// bytes); digest and signature checks never panic.
 pub fn envelope(data: &[u8]) {
     if let Ok(view) = EnvelopeView::parse(data) {
-        let mut buf = alloc::vec![0u8; MAX_ENVELOPE_LEN];
-        let n = view.encode(&mut buf).expect("buffer fits any envelope");
-        assert!(&buf[..n] == data, "accepted envelope is not canonical");
-        let _ = view.digest();
-        let _ = view.verify_signature();
+        check_envelope(&view, data);
     }
+    if let Ok(view) = EnvelopeView::parse_v2(data) {
+        check_envelope(&view, data);
+    }
+}
+
+fn check_envelope<V: Version>(view: &EnvelopeView<'_, V>, data: &[u8]) {
+    let mut buf = alloc::vec![0u8; V::MAX_LEN];
+    let n = view.encode(&mut buf).expect("buffer fits any envelope");
+    assert!(&buf[..n] == data, "accepted envelope is not canonical");
+    let _ = view.digest();
+    let _ = view.verify_signature();
 }
 
 /// Decrypted payloads: decoding never panics; accepted payloads re-encode to the same bytes.
@@ -43,4 +51,8 @@ pub fn payload(data: &[u8]) {
             .expect("same length");
         assert!(&buf[..n] == data, "accepted payload is not canonical");
     }
+    // Version 2: the last byte picks the seeded party (a request id of sixteen bytes `b` is
+    // `b` mod 3), so a party is seeded for some inputs and not for others.
+    let request_id = RequestId([data.last().map_or(0, |b| *b % 3); 16]);
+    let _ = decode_payload_v2(data, party, &request_id, &mut shares);
 }

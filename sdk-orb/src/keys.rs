@@ -1,4 +1,5 @@
-//! Node HPKE keys (X25519) and the orb's Ed25519 device key.
+//! Node HPKE keys (X25519 for envelope version 1, X-Wing for version 2) and the orb's Ed25519
+//! device key.
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use hpke::kem::X25519HkdfSha256;
@@ -7,6 +8,13 @@ use rand_core::{CryptoRng, RngCore};
 use zeroize::Zeroizing;
 
 use crate::PARTIES;
+
+mod hybrid;
+
+pub(crate) use self::hybrid::{HybridKem, PqRng};
+pub use self::hybrid::{
+    NodeHybridPublicKey, NodeHybridPublicKeys, NodeHybridSecretKey, HYBRID_PUBLIC_KEY_BYTES,
+};
 
 pub(crate) type Kem = X25519HkdfSha256;
 
@@ -108,11 +116,7 @@ impl NodePublicKeys {
 
     /// The three keys concatenated in party order.
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
-        let mut out = [0u8; Self::BYTES];
-        for (chunk, key) in out.chunks_exact_mut(KEY_BYTES).zip(&self.0) {
-            chunk.copy_from_slice(&key.to_bytes());
-        }
-        out
+        concat_keys(self.0.each_ref().map(NodePublicKey::to_bytes))
     }
 
     /// Parses three concatenated keys.
@@ -120,13 +124,30 @@ impl NodePublicKeys {
     /// # Errors
     /// [`InvalidKey`] if any key is rejected.
     pub fn from_bytes(bytes: &[u8; Self::BYTES]) -> Result<NodePublicKeys, InvalidKey> {
-        let key = |i: usize| {
-            let mut k = [0u8; KEY_BYTES];
-            k.copy_from_slice(&bytes[i * KEY_BYTES..(i + 1) * KEY_BYTES]);
-            NodePublicKey::from_bytes(&k)
-        };
-        Ok(NodePublicKeys([key(0)?, key(1)?, key(2)?]))
+        split_keys(bytes, NodePublicKey::from_bytes).map(NodePublicKeys)
     }
+}
+
+/// Three keys of `K` bytes concatenated in party order.
+pub(crate) fn concat_keys<const K: usize, const N: usize>(keys: [[u8; K]; PARTIES]) -> [u8; N] {
+    let mut out = [0u8; N];
+    for (chunk, key) in out.chunks_exact_mut(K).zip(keys) {
+        chunk.copy_from_slice(&key);
+    }
+    out
+}
+
+/// Parses three concatenated keys of `K` bytes with `parse`.
+pub(crate) fn split_keys<const K: usize, T>(
+    bytes: &[u8],
+    parse: impl Fn(&[u8; K]) -> Result<T, InvalidKey>,
+) -> Result<[T; PARTIES], InvalidKey> {
+    let key = |i: usize| {
+        let mut k = [0u8; K];
+        k.copy_from_slice(&bytes[i * K..(i + 1) * K]);
+        parse(&k)
+    };
+    Ok([key(0)?, key(1)?, key(2)?])
 }
 
 /// The orb's Ed25519 device key. Zeroized on drop.

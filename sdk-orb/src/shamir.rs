@@ -387,5 +387,7 @@ pub fn reconstruct(
     }
 }
 
+pub mod seeded;
+
 #[cfg(test)]
 mod tests;

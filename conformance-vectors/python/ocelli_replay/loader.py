@@ -24,8 +24,10 @@ FAMILIES = (
     "dot_shares",
     "envelope_header",
     "envelope_sealing",
+    "envelope_sealing_v2",
     "envelope_rejections",
     "payload_rejections",
+    "payload_rejections_v2",
     "comparison",
     "requests",
 )

@@ -154,6 +154,9 @@ def parse_envelope(data: bytes) -> Envelope:
     for number, v in Reader(data, 9, repeated=(8,)).fields():
         if number == 1:
             version = varint(v)
+            # The version decides every length after it: checked as soon as it is read.
+            if version != env.ENVELOPE_VERSION:
+                raise Rejected("unsupported_version", {"version": version})
         elif number == 2:
             request_id = fixed(v, "request_id", 16)
         elif number == 3:
@@ -221,11 +224,14 @@ def _eye(data: bytes, names: Tuple[str, str]) -> Tuple[bytes, bytes]:
     return seen[0], seen[1]  # type: ignore[return-value]
 
 
-def decode_payload(data: bytes, party: int, request_id: bytes) -> Dict[str, Any]:
-    version = rid = None
+def decode_payload(
+    data: bytes, party: int, request_id: bytes, version_expected: int = env.PAYLOAD_VERSION, seeded: bool = False
+) -> Dict[str, Any]:
+    """A payload's shares, or for the seeded party of a version 2 envelope its seed (field 6)."""
+    version = rid = seed = None
     named = 0
     eyes: Dict[str, Tuple[bytes, bytes]] = {}
-    for number, v in Reader(data, 5).fields():
+    for number, v in Reader(data, 6 if seeded else 5).fields():
         if number == 1:
             version = varint(v)
         elif number == 2:
@@ -234,12 +240,16 @@ def decode_payload(data: bytes, party: int, request_id: bytes) -> Dict[str, Any]
                 raise malformed("explicit zero party_id")
         elif number == 3:
             rid = fixed(v, "payload request_id", 16)
+        elif number == 6:
+            seed = fixed(v, "seed", 32)
+        elif seeded:
+            raise malformed("shares in a seeded payload")
         else:
             side = "left" if number == 4 else "right"
             eyes[side] = _eye(blob(v), (f"{side}.code", f"{side}.mask"))
     if version is None:
         raise missing("payload version")
-    if version != env.PAYLOAD_VERSION:
+    if version != version_expected:
         raise Rejected("unsupported_version", {"version": version})
     if named != party:
         raise Rejected("payload_party", {"expected": party, "actual": named})
@@ -247,6 +257,10 @@ def decode_payload(data: bytes, party: int, request_id: bytes) -> Dict[str, Any]
         raise missing("payload request_id")
     if rid != request_id:
         raise Rejected("payload_request_id")
+    if seeded:
+        if seed is None:
+            raise missing("seed")
+        return {"seed": seed}
     for side in ("left", "right"):
         if side not in eyes:
             raise missing(side)

@@ -40,8 +40,10 @@ EDITS: Dict[str, List[Tuple[str, int, str]]] = {
     "dot_shares": [("entry_rng_seed", 7, "party_shares[0]")],
     "envelope_header": [("header", 40, "header")],
     "envelope_sealing": [("signature", 9, "signature")],
+    "envelope_sealing_v2": [("share_seed", 5, "share_seed")],
     "envelope_rejections": [("envelope", 2000, "party 0")],
     "payload_rejections": [("payload#2", 3, "error")],
+    "payload_rejections_v2": [("payload#1", 3, "error")],
     "comparison": [("prf_seeds", 1, "parties[0].cross")],
     "requests": [
         ("text:\"reauth\": true|\"reauth\": false", 0, "outcomes[0] (reauth)"),

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use sdk_orb::envelope::decode_payload;
 use sdk_orb::shamir::PartyShares;
-use sdk_orb::RequestId;
+use sdk_orb::{PartyId, RequestId};
 
 use crate::common::{party, seed};
 use crate::envelope::{eye, payload, ErrorKind, Pb};
@@ -32,12 +32,62 @@ pub enum Case {
     },
 }
 
-fn decode(p: u8, request_id: &Hex, bytes: &[u8]) -> Result<Result<(), ErrorKind>, String> {
+/// A payload decoder of one envelope version, as the SDK's `decode_payload` functions.
+pub(crate) type Decoder =
+    fn(&[u8], PartyId, &RequestId, &mut PartyShares) -> Result<(), sdk_orb::EnvelopeError>;
+
+fn decode(
+    decoder: Decoder,
+    p: u8,
+    request_id: &Hex,
+    bytes: &[u8],
+) -> Result<Result<(), ErrorKind>, String> {
     let rid = RequestId(request_id.array::<16>("request_id")?);
     let mut out = Box::new(PartyShares::zero());
-    match decode_payload(bytes, party(p)?, &rid, &mut out) {
+    match decoder(bytes, party(p)?, &rid, &mut out) {
         Ok(()) => Ok(Ok(())),
         Err(e) => Ok(Err(ErrorKind::from_sdk(e)?)),
+    }
+}
+
+/// The vectors of `cases` (comment, party, request id, payload), each rejected by `decoder`.
+pub(crate) fn vectors(
+    decoder: Decoder,
+    cases: Vec<(&str, u8, &[u8; 16], Vec<u8>)>,
+) -> Result<Vec<Vector<Case>>, String> {
+    let mut out = Vec::new();
+    for (comment, p, r, bytes) in cases {
+        let request_id = Hex(r.to_vec());
+        let error = match decode(decoder, p, &request_id, &bytes)? {
+            Ok(()) => return Err(format!("{comment}: accepted")),
+            Err(e) => e,
+        };
+        out.push(Vector {
+            id: out.len() as u32 + 1,
+            comment: comment.to_string(),
+            flags: vec![Flag::EdgeCase, Flag::Invalid],
+            case: Case::Reject {
+                party: p,
+                request_id,
+                payload: Hex(bytes),
+                error,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// Replays a vector with `decoder`.
+pub(crate) fn verify_with(decoder: Decoder, vector: &Vector<Case>) -> Result<(), String> {
+    let Case::Reject {
+        party: p,
+        request_id,
+        payload: bytes,
+        error,
+    } = &vector.case;
+    match decode(decoder, *p, request_id, &bytes.0)? {
+        Ok(()) => Err("accepted".to_string()),
+        Err(e) => expect_eq("error", &e, error),
     }
 }
 
@@ -135,38 +185,10 @@ impl crate::Spec for Spec {
             ("a length beyond the end", 0, &rid, vec![0x1a, 0x10, 0x00]),
             ("wire type 5 (fixed32)", 0, &rid, vec![0x0d, 0, 0, 0, 0]),
         ];
-        let mut out = Vec::new();
-        for (comment, p, r, bytes) in cases {
-            let request_id = Hex(r.to_vec());
-            let error = match decode(p, &request_id, &bytes)? {
-                Ok(()) => return Err(format!("{comment}: accepted")),
-                Err(e) => e,
-            };
-            out.push(Vector {
-                id: out.len() as u32 + 1,
-                comment: comment.to_string(),
-                flags: vec![Flag::EdgeCase, Flag::Invalid],
-                case: Case::Reject {
-                    party: p,
-                    request_id,
-                    payload: Hex(bytes),
-                    error,
-                },
-            });
-        }
-        Ok(out)
+        vectors(decode_payload, cases)
     }
 
     fn verify(vector: &Vector<Case>, _all: &[Vector<Case>]) -> Result<(), String> {
-        let Case::Reject {
-            party: p,
-            request_id,
-            payload: bytes,
-            error,
-        } = &vector.case;
-        match decode(*p, request_id, &bytes.0)? {
-            Ok(()) => Err("accepted".to_string()),
-            Err(e) => expect_eq("error", &e, error),
-        }
+        verify_with(decode_payload, vector)
     }
 }

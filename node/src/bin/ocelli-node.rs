@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ocelli_node::config::NodeConfig;
-use ocelli_node::keys::{keygen, KeygenOptions};
+use ocelli_node::keys::{keygen, write_hybrid_key, KeygenOptions};
 use ocelli_node::node::NodeState;
 use ocelli_node::server::{self, Listeners};
 use sdk_orb::PartyId;
@@ -35,6 +35,16 @@ enum Command {
         /// First port of the generated configs.
         #[arg(long, default_value_t = 50050)]
         base_port: u16,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Create one node's X-Wing HPKE key (envelope version 2) for a key directory from before
+    /// version 2: writes OUT.key (the seed, hex, mode 0600) and OUT.pub (hex).
+    HybridKeygen {
+        /// Path without extension, e.g. `keys/party0/hpke-hybrid`.
+        #[arg(long)]
+        out: PathBuf,
         /// Overwrite existing files.
         #[arg(long)]
         force: bool,
@@ -454,6 +464,20 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::HybridKeygen { out, force } => match write_hybrid_key(&out, force) {
+            Ok(_) => {
+                println!(
+                    "wrote {} and {}; set keys.hpke_hybrid_secret to the first",
+                    out.with_extension("key").display(),
+                    out.with_extension("pub").display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("hybrid-keygen failed: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Demo {
             people,
             probes,

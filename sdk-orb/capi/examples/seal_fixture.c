@@ -1,11 +1,13 @@
-/* Seals the fixture person through the C interface and writes the envelope.
+/* Seals the fixture person through the C interface and writes the envelopes, version 1 and
+ * version 2.
  *
- * Usage: seal_fixture LEFT.json RIGHT.json OUT.envelope
+ * Usage: seal_fixture LEFT.json RIGHT.json OUT_V1.envelope OUT_V2.envelope
  *
- * The fixture, as in seal_fixture.rs: node p's secret key is 32 bytes of 0x11 * (p + 1), the
- * orb seed 32 bytes of 0x42, the RNG seed the bytes 1..=32 (the deterministic test generator,
- * never for enrolment), the request id the bytes 0xA0..=0xAF; a uniqueness request at
- * 1,790,000,000,000 ms, AND policy. check.sh compares the output with the Rust path's. */
+ * The fixture, as in seal_fixture.rs: node p's X25519 secret key is 32 bytes of
+ * 0x11 * (p + 1) and its X-Wing seed 32 bytes of 0x55 + p, the orb seed 32 bytes of 0x42, the
+ * RNG seed the bytes 1..=32 for each envelope (the deterministic test generator, never for
+ * enrolment), the request id the bytes 0xA0..=0xAF; a uniqueness request at
+ * 1,790,000,000,000 ms, AND policy. check.sh compares the outputs with the Rust path's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,15 @@ static unsigned char *read_file(const char *path, size_t *len) {
   return buf;
 }
 
+static int write_file(const char *path, const uint8_t *bytes, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(bytes, 1, len, f) != len || fclose(f) != 0) {
+    fprintf(stderr, "%s: cannot write\n", path);
+    return 1;
+  }
+  return 0;
+}
+
 static int load(const char *path, OcelliTemplate *out) {
   size_t len = 0;
   unsigned char *json = read_file(path, &len);
@@ -46,8 +57,8 @@ static int load(const char *path, OcelliTemplate *out) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s LEFT.json RIGHT.json OUT.envelope\n", argv[0]);
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s LEFT.json RIGHT.json OUT_V1.envelope OUT_V2.envelope\n", argv[0]);
     return 2;
   }
   static OcelliTemplate left, right;
@@ -62,6 +73,17 @@ int main(int argc, char **argv) {
   }
   OcelliNodePublicKeys nodes;
   if (ocelli_node_public_keys_from_bytes(bundle, &nodes) != OCELLI_STATUS_OK) return 1;
+
+  static uint8_t hybrid_bundle[OCELLI_NODE_HYBRID_KEYS_BYTES];
+  for (int p = 0; p < 3; p++) {
+    uint8_t seed[OCELLI_KEY_BYTES];
+    memset(seed, 0x55 + p, sizeof seed);
+    if (ocelli_node_hybrid_public_key_from_seed(seed, hybrid_bundle + p * OCELLI_HYBRID_PUBLIC_KEY_BYTES) !=
+        OCELLI_STATUS_OK)
+      return 1;
+  }
+  static OcelliNodeHybridPublicKeys hybrid_nodes;
+  if (ocelli_node_hybrid_public_keys_from_bytes(hybrid_bundle, &hybrid_nodes) != OCELLI_STATUS_OK) return 1;
 
   uint8_t orb_seed[OCELLI_KEY_BYTES];
   memset(orb_seed, 0x42, sizeof orb_seed);
@@ -84,20 +106,29 @@ int main(int argc, char **argv) {
   size_t written = 0;
   OcelliStatus s = ocelli_seal_envelope(ocelli_test_rng_fill, &rng, &request, &left, &right,
                                         &nodes, &orb, envelope, len, &written);
-  ocelli_template_wipe(&left);
-  ocelli_template_wipe(&right);
-  memset(&orb, 0, sizeof orb);
   if (s != OCELLI_STATUS_OK) {
     fprintf(stderr, "seal failed (status %d)\n", (int)s);
     return 1;
   }
+  if (write_file(argv[3], envelope, written)) return 1;
+  free(envelope);
 
-  FILE *f = fopen(argv[3], "wb");
-  if (!f || fwrite(envelope, 1, written, f) != written || fclose(f) != 0) {
-    fprintf(stderr, "%s: cannot write\n", argv[3]);
+  if (ocelli_test_rng_init(&rng, seed) != OCELLI_STATUS_OK) return 1;
+  size_t len_v2 = ocelli_envelope_len_v2(&request);
+  uint8_t *envelope_v2 = malloc(len_v2);
+  if (!envelope_v2) return 1;
+  size_t written_v2 = 0;
+  s = ocelli_seal_envelope_v2(ocelli_test_rng_fill, &rng, &request, &left, &right, &hybrid_nodes,
+                              &orb, envelope_v2, len_v2, &written_v2);
+  ocelli_template_wipe(&left);
+  ocelli_template_wipe(&right);
+  memset(&orb, 0, sizeof orb);
+  if (s != OCELLI_STATUS_OK) {
+    fprintf(stderr, "version 2 seal failed (status %d)\n", (int)s);
     return 1;
   }
-  free(envelope);
-  printf("%zu bytes\n", written);
+  if (write_file(argv[4], envelope_v2, written_v2)) return 1;
+  free(envelope_v2);
+  printf("%zu and %zu bytes\n", written, written_v2);
   return 0;
 }

@@ -35,6 +35,21 @@
 #define OCELLI_MAX_ENVELOPE_LEN 230854
 
 /**
+ * Bytes of a node's X-Wing public key (envelope version 2).
+ */
+#define OCELLI_HYBRID_PUBLIC_KEY_BYTES 1216
+
+/**
+ * Bytes of the X-Wing node public key bundle (three keys in party order).
+ */
+#define OCELLI_NODE_HYBRID_KEYS_BYTES 3648
+
+/**
+ * The largest version 2 envelope.
+ */
+#define OCELLI_MAX_ENVELOPE_LEN_V2 157330
+
+/**
  * The result of every call.
  */
 typedef enum {
@@ -150,6 +165,16 @@ typedef struct {
 } OcelliRequest;
 
 /**
+ * The three nodes' X-Wing public keys in party order, validated (envelope version 2).
+ */
+typedef struct {
+  /**
+   * Three 1,216-byte keys concatenated.
+   */
+  uint8_t bytes[OCELLI_NODE_HYBRID_KEYS_BYTES];
+} OcelliNodeHybridPublicKeys;
+
+/**
  * The three nodes' X25519 public keys in party order, validated.
  */
 typedef struct {
@@ -228,6 +253,34 @@ void ocelli_template_wipe(OcelliTemplate *template_);
 size_t ocelli_envelope_len(const OcelliRequest *request);
 
 /**
+ * Bytes of the version 2 envelope for `request`; 0 if `request` is null or its type is not
+ * 1 to 5.
+ *
+ * # Safety
+ * `request` is null or points to a readable `OcelliRequest`.
+ */
+size_t ocelli_envelope_len_v2(const OcelliRequest *request);
+
+/**
+ * Validates the X-Wing node key bundle (`OCELLI_NODE_HYBRID_KEYS_BYTES` bytes at `bytes`)
+ * into `out`.
+ *
+ * # Safety
+ * `bytes` points to 3,648 readable bytes; `out` to a writable `OcelliNodeHybridPublicKeys`.
+ */
+OcelliStatus ocelli_node_hybrid_public_keys_from_bytes(const uint8_t *bytes,
+                                                       OcelliNodeHybridPublicKeys *out);
+
+/**
+ * Writes the X-Wing public key (1,216 bytes) of a node's 32-byte X-Wing seed: for
+ * provisioning tools and tests; orbs receive the bundle.
+ *
+ * # Safety
+ * `seed` points to 32 readable bytes; `public_out` to 1,216 writable bytes.
+ */
+OcelliStatus ocelli_node_hybrid_public_key_from_seed(const uint8_t *seed, uint8_t *public_out);
+
+/**
  * Validates the node key bundle (`OCELLI_NODE_KEYS_BYTES` bytes at `bytes`) into `out`.
  *
  * # Safety
@@ -280,6 +333,25 @@ OcelliStatus ocelli_seal_envelope(OcelliRngFn rng,
                                   uint8_t *out,
                                   size_t out_len,
                                   size_t *written);
+
+/**
+ * Seals a person as [`ocelli_seal_envelope`] does, as envelope version 2: hybrid
+ * post-quantum HPKE (X-Wing) to `nodes`, one party's shares sent as a seed. The length
+ * written is `ocelli_envelope_len_v2(request)`, at most `OCELLI_MAX_ENVELOPE_LEN_V2`.
+ *
+ * # Safety
+ * As [`ocelli_seal_envelope`], with `nodes` a readable `OcelliNodeHybridPublicKeys`.
+ */
+OcelliStatus ocelli_seal_envelope_v2(OcelliRngFn rng,
+                                     void *rng_ctx,
+                                     const OcelliRequest *request,
+                                     const OcelliTemplate *left,
+                                     const OcelliTemplate *right,
+                                     const OcelliNodeHybridPublicKeys *nodes,
+                                     const OcelliOrbSigningKey *orb,
+                                     uint8_t *out,
+                                     size_t out_len,
+                                     size_t *written);
 
 #if defined(OCELLI_TEST_RNG)
 /**

@@ -19,8 +19,12 @@ use rand_chacha::ChaCha20Rng;
 #[cfg(feature = "test-rng")]
 use rand_core::SeedableRng as _;
 use rand_core::{CryptoRng, RngCore};
+use sdk_orb::envelope::v2::{envelope_len_v2, seal_envelope_v2, MAX_ENVELOPE_LEN_V2};
 use sdk_orb::envelope::{envelope_len, seal_envelope, EnvelopeError, RequestMeta};
-use sdk_orb::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey, KEY_BYTES};
+use sdk_orb::keys::{
+    NodeHybridPublicKeys, NodeHybridSecretKey, NodePublicKeys, NodeSecretKey, OrbSigningKey,
+    HYBRID_PUBLIC_KEY_BYTES, KEY_BYTES,
+};
 use sdk_orb::template::{IrisBits, MAX_VERSION_LEN, PACKED_BYTES};
 use sdk_orb::{IrisTemplate, RequestId, RequestType, TemplateError, TemplatePolicy};
 use zeroize::Zeroize as _;
@@ -38,6 +42,12 @@ pub const OCELLI_KEY_BYTES: usize = 32;
 pub const OCELLI_NODE_KEYS_BYTES: usize = 96;
 /// The largest envelope; a buffer this long fits every request.
 pub const OCELLI_MAX_ENVELOPE_LEN: usize = 230_854;
+/// Bytes of a node's X-Wing public key (envelope version 2).
+pub const OCELLI_HYBRID_PUBLIC_KEY_BYTES: usize = 1216;
+/// Bytes of the X-Wing node public key bundle (three keys in party order).
+pub const OCELLI_NODE_HYBRID_KEYS_BYTES: usize = 3648;
+/// The largest version 2 envelope.
+pub const OCELLI_MAX_ENVELOPE_LEN_V2: usize = 157_330;
 
 // The header needs literals; these tie them to the SDK's definitions.
 const _: () = assert!(OCELLI_PACKED_BYTES == PACKED_BYTES);
@@ -45,6 +55,9 @@ const _: () = assert!(OCELLI_MAX_VERSION_LEN == MAX_VERSION_LEN);
 const _: () = assert!(OCELLI_KEY_BYTES == KEY_BYTES);
 const _: () = assert!(OCELLI_NODE_KEYS_BYTES == NodePublicKeys::BYTES);
 const _: () = assert!(OCELLI_MAX_ENVELOPE_LEN == sdk_orb::envelope::MAX_ENVELOPE_LEN);
+const _: () = assert!(OCELLI_HYBRID_PUBLIC_KEY_BYTES == HYBRID_PUBLIC_KEY_BYTES);
+const _: () = assert!(OCELLI_NODE_HYBRID_KEYS_BYTES == NodeHybridPublicKeys::BYTES);
+const _: () = assert!(OCELLI_MAX_ENVELOPE_LEN_V2 == MAX_ENVELOPE_LEN_V2);
 
 /// The result of every call.
 #[repr(C)]
@@ -125,6 +138,14 @@ impl core::fmt::Debug for OcelliTemplate {
 pub struct OcelliNodePublicKeys {
     /// Three 32-byte keys concatenated.
     pub bytes: [u8; OCELLI_NODE_KEYS_BYTES],
+}
+
+/// The three nodes' X-Wing public keys in party order, validated (envelope version 2).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OcelliNodeHybridPublicKeys {
+    /// Three 1,216-byte keys concatenated.
+    pub bytes: [u8; OCELLI_NODE_HYBRID_KEYS_BYTES],
 }
 
 /// The orb's Ed25519 signing key as its 32-byte seed. Secret: clear it after use.
@@ -276,6 +297,59 @@ pub unsafe extern "C" fn ocelli_envelope_len(request: *const OcelliRequest) -> u
     }
 }
 
+/// Bytes of the version 2 envelope for `request`; 0 if `request` is null or its type is not
+/// 1 to 5.
+///
+/// # Safety
+/// `request` is null or points to a readable `OcelliRequest`.
+#[no_mangle]
+pub unsafe extern "C" fn ocelli_envelope_len_v2(request: *const OcelliRequest) -> usize {
+    // SAFETY: the caller guarantees null or a readable OcelliRequest.
+    match unsafe { request.as_ref() }.map(request_meta) {
+        Some(Ok(meta)) => envelope_len_v2(&meta),
+        _ => 0,
+    }
+}
+
+/// Validates the X-Wing node key bundle (`OCELLI_NODE_HYBRID_KEYS_BYTES` bytes at `bytes`)
+/// into `out`.
+///
+/// # Safety
+/// `bytes` points to 3,648 readable bytes; `out` to a writable `OcelliNodeHybridPublicKeys`.
+#[no_mangle]
+pub unsafe extern "C" fn ocelli_node_hybrid_public_keys_from_bytes(
+    bytes: *const u8,
+    out: *mut OcelliNodeHybridPublicKeys,
+) -> OcelliStatus {
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        validated_copy(
+            bytes,
+            out,
+            |b| NodeHybridPublicKeys::from_bytes(b).is_ok(),
+            |bytes| OcelliNodeHybridPublicKeys { bytes },
+        )
+    }
+}
+
+/// Writes the X-Wing public key (1,216 bytes) of a node's 32-byte X-Wing seed: for
+/// provisioning tools and tests; orbs receive the bundle.
+///
+/// # Safety
+/// `seed` points to 32 readable bytes; `public_out` to 1,216 writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ocelli_node_hybrid_public_key_from_seed(
+    seed: *const u8,
+    public_out: *mut u8,
+) -> OcelliStatus {
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        derived_public(seed, public_out, |s| {
+            Some(NodeHybridSecretKey::from_seed(s).public_key().to_bytes())
+        })
+    }
+}
+
 /// Validates the node key bundle (`OCELLI_NODE_KEYS_BYTES` bytes at `bytes`) into `out`.
 ///
 /// # Safety
@@ -285,17 +359,15 @@ pub unsafe extern "C" fn ocelli_node_public_keys_from_bytes(
     bytes: *const u8,
     out: *mut OcelliNodePublicKeys,
 ) -> OcelliStatus {
-    if bytes.is_null() || out.is_null() {
-        return OcelliStatus::NullPointer;
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        validated_copy(
+            bytes,
+            out,
+            |b| NodePublicKeys::from_bytes(b).is_ok(),
+            |bytes| OcelliNodePublicKeys { bytes },
+        )
     }
-    // SAFETY: non-null, and the caller guarantees 96 readable bytes.
-    let bytes = unsafe { &*bytes.cast::<[u8; OCELLI_NODE_KEYS_BYTES]>() };
-    if NodePublicKeys::from_bytes(bytes).is_err() {
-        return OcelliStatus::InvalidKey;
-    }
-    // SAFETY: non-null, and the caller guarantees a writable OcelliNodePublicKeys.
-    unsafe { out.write(OcelliNodePublicKeys { bytes: *bytes }) };
-    OcelliStatus::Ok
 }
 
 /// Writes the X25519 public key of a node secret key (32 bytes each): for provisioning tools
@@ -308,20 +380,58 @@ pub unsafe extern "C" fn ocelli_node_public_key_from_secret(
     secret: *const u8,
     public_out: *mut u8,
 ) -> OcelliStatus {
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        derived_public(secret, public_out, |s| {
+            NodeSecretKey::from_bytes(s)
+                .ok()
+                .map(|k| k.public_key().to_bytes())
+        })
+    }
+}
+
+/// Writes `wrap(bytes)` to `*out` where `valid` accepts the `N` bytes at `bytes`.
+///
+/// # Safety
+/// `bytes` is null or points to `N` readable bytes; `out` is null or points to a writable `T`.
+unsafe fn validated_copy<const N: usize, T>(
+    bytes: *const u8,
+    out: *mut T,
+    valid: impl FnOnce(&[u8; N]) -> bool,
+    wrap: impl FnOnce([u8; N]) -> T,
+) -> OcelliStatus {
+    if bytes.is_null() || out.is_null() {
+        return OcelliStatus::NullPointer;
+    }
+    // SAFETY: non-null, and the caller guarantees N readable bytes.
+    let bytes = unsafe { &*bytes.cast::<[u8; N]>() };
+    if !valid(bytes) {
+        return OcelliStatus::InvalidKey;
+    }
+    // SAFETY: non-null, and the caller guarantees a writable T.
+    unsafe { out.write(wrap(*bytes)) };
+    OcelliStatus::Ok
+}
+
+/// Writes the `P`-byte public key `derive` makes of the `S` secret bytes at `secret`.
+///
+/// # Safety
+/// `secret` is null or points to `S` readable bytes; `public_out` is null or points to `P`
+/// writable bytes.
+unsafe fn derived_public<const S: usize, const P: usize>(
+    secret: *const u8,
+    public_out: *mut u8,
+    derive: impl FnOnce(&[u8; S]) -> Option<[u8; P]>,
+) -> OcelliStatus {
     if secret.is_null() || public_out.is_null() {
         return OcelliStatus::NullPointer;
     }
-    // SAFETY: non-null, and the caller guarantees 32 readable bytes.
-    let secret = unsafe { &*secret.cast::<[u8; OCELLI_KEY_BYTES]>() };
-    let Ok(key) = NodeSecretKey::from_bytes(secret) else {
+    // SAFETY: non-null, and the caller guarantees S readable bytes.
+    let Some(public) = derive(unsafe { &*secret.cast::<[u8; S]>() }) else {
         return OcelliStatus::InvalidKey;
     };
-    // SAFETY: non-null, and the caller guarantees 32 writable bytes.
-    unsafe {
-        public_out
-            .cast::<[u8; OCELLI_KEY_BYTES]>()
-            .write(key.public_key().to_bytes())
-    };
+    // SAFETY: non-null, and the caller guarantees P writable bytes.
+    unsafe { public_out.cast::<[u8; P]>().write(public) };
     OcelliStatus::Ok
 }
 
@@ -429,6 +539,59 @@ pub unsafe extern "C" fn ocelli_seal_envelope(
     out_len: usize,
     written: *mut usize,
 ) -> OcelliStatus {
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        seal_extern(
+            rng, rng_ctx, request, left, right, nodes, orb, out, out_len, written,
+        )
+    }
+}
+
+/// Seals a person as [`ocelli_seal_envelope`] does, as envelope version 2: hybrid
+/// post-quantum HPKE (X-Wing) to `nodes`, one party's shares sent as a seed. The length
+/// written is `ocelli_envelope_len_v2(request)`, at most `OCELLI_MAX_ENVELOPE_LEN_V2`.
+///
+/// # Safety
+/// As [`ocelli_seal_envelope`], with `nodes` a readable `OcelliNodeHybridPublicKeys`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn ocelli_seal_envelope_v2(
+    rng: OcelliRngFn,
+    rng_ctx: *mut c_void,
+    request: *const OcelliRequest,
+    left: *const OcelliTemplate,
+    right: *const OcelliTemplate,
+    nodes: *const OcelliNodeHybridPublicKeys,
+    orb: *const OcelliOrbSigningKey,
+    out: *mut u8,
+    out_len: usize,
+    written: *mut usize,
+) -> OcelliStatus {
+    // SAFETY: forwarded under the same contract.
+    unsafe {
+        seal_extern(
+            rng, rng_ctx, request, left, right, nodes, orb, out, out_len, written,
+        )
+    }
+}
+
+/// The pointer checks and output handling of both sealers.
+///
+/// # Safety
+/// As [`ocelli_seal_envelope`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn seal_extern<K: NodeKeys>(
+    rng: OcelliRngFn,
+    rng_ctx: *mut c_void,
+    request: *const OcelliRequest,
+    left: *const OcelliTemplate,
+    right: *const OcelliTemplate,
+    nodes: *const K,
+    orb: *const OcelliOrbSigningKey,
+    out: *mut u8,
+    out_len: usize,
+    written: *mut usize,
+) -> OcelliStatus {
     let Some(fill) = rng else {
         return OcelliStatus::NullPointer;
     };
@@ -469,6 +632,48 @@ pub unsafe extern "C" fn ocelli_seal_envelope(
     }
 }
 
+/// The node keys of one envelope version, and that version's sealer.
+trait NodeKeys {
+    fn seal(
+        &self,
+        rng: &mut CallbackRng,
+        meta: &RequestMeta,
+        eyes: [&IrisTemplate; 2],
+        orb: &OrbSigningKey,
+        out: &mut [u8],
+    ) -> Result<usize, OcelliStatus>;
+}
+
+impl NodeKeys for OcelliNodePublicKeys {
+    fn seal(
+        &self,
+        rng: &mut CallbackRng,
+        meta: &RequestMeta,
+        [left, right]: [&IrisTemplate; 2],
+        orb: &OrbSigningKey,
+        out: &mut [u8],
+    ) -> Result<usize, OcelliStatus> {
+        let nodes =
+            NodePublicKeys::from_bytes(&self.bytes).map_err(|_| OcelliStatus::InvalidKey)?;
+        seal_envelope(rng, meta, left, right, &nodes, orb, out).map_err(envelope_status)
+    }
+}
+
+impl NodeKeys for OcelliNodeHybridPublicKeys {
+    fn seal(
+        &self,
+        rng: &mut CallbackRng,
+        meta: &RequestMeta,
+        [left, right]: [&IrisTemplate; 2],
+        orb: &OrbSigningKey,
+        out: &mut [u8],
+    ) -> Result<usize, OcelliStatus> {
+        let nodes =
+            NodeHybridPublicKeys::from_bytes(&self.bytes).map_err(|_| OcelliStatus::InvalidKey)?;
+        seal_envelope_v2(rng, meta, left, right, &nodes, orb, out).map_err(envelope_status)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn seal(
     fill: unsafe extern "C" fn(*mut c_void, *mut u8, usize) -> i32,
@@ -476,21 +681,19 @@ fn seal(
     request: &OcelliRequest,
     left: &OcelliTemplate,
     right: &OcelliTemplate,
-    nodes: &OcelliNodePublicKeys,
+    nodes: &impl NodeKeys,
     orb: &OcelliOrbSigningKey,
     out: &mut [u8],
 ) -> Result<usize, OcelliStatus> {
     let meta = request_meta(request)?;
     let (left, right) = (iris_template(left)?, iris_template(right)?);
-    let nodes = NodePublicKeys::from_bytes(&nodes.bytes).map_err(|_| OcelliStatus::InvalidKey)?;
     let orb = OrbSigningKey::from_bytes(&orb.seed);
     let mut rng = CallbackRng {
         fill,
         ctx,
         failed: false,
     };
-    let n = seal_envelope(&mut rng, &meta, &left, &right, &nodes, &orb, out)
-        .map_err(envelope_status)?;
+    let n = nodes.seal(&mut rng, &meta, [&left, &right], &orb, out)?;
     if rng.failed {
         return Err(OcelliStatus::Rng);
     }

@@ -148,3 +148,93 @@ fn misuse_is_reported() {
         assert_eq!(s, OcelliStatus::NullPointer);
     }
 }
+
+fn hybrid_nodes() -> Box<OcelliNodeHybridPublicKeys> {
+    let mut bundle = vec![0u8; OCELLI_NODE_HYBRID_KEYS_BYTES];
+    let mut nodes = Box::new(OcelliNodeHybridPublicKeys {
+        bytes: [0; OCELLI_NODE_HYBRID_KEYS_BYTES],
+    });
+    // SAFETY: every pointer is to live memory of the documented size.
+    unsafe {
+        for (p, chunk) in bundle
+            .chunks_exact_mut(OCELLI_HYBRID_PUBLIC_KEY_BYTES)
+            .enumerate()
+        {
+            let seed = [p as u8 + 1; 32];
+            assert_eq!(
+                ocelli_node_hybrid_public_key_from_seed(seed.as_ptr(), chunk.as_mut_ptr()),
+                OcelliStatus::Ok
+            );
+        }
+        assert_eq!(
+            ocelli_node_hybrid_public_keys_from_bytes(bundle.as_ptr(), &mut *nodes),
+            OcelliStatus::Ok
+        );
+        // An ML-KEM key with a coefficient of 0xFFF (not reduced mod q) is refused.
+        bundle[0] = 0xff;
+        bundle[1] |= 0x0f;
+        let mut scratch = Box::new(OcelliNodeHybridPublicKeys {
+            bytes: [0; OCELLI_NODE_HYBRID_KEYS_BYTES],
+        });
+        assert_eq!(
+            ocelli_node_hybrid_public_keys_from_bytes(bundle.as_ptr(), &mut *scratch),
+            OcelliStatus::InvalidKey
+        );
+    }
+    nodes
+}
+
+#[test]
+fn version_2_seals_to_its_length_and_a_failing_rng_leaves_nothing_sealed() {
+    let i = inputs();
+    let nodes = hybrid_nodes();
+    // SAFETY: a live local.
+    let len = unsafe { ocelli_envelope_len_v2(&i.request) };
+    assert_eq!(len, 157_313);
+    let mut rng = OcelliTestRng {
+        seed: [3; 32],
+        word_pos: 0,
+    };
+    let mut out = vec![0xA5u8; OCELLI_MAX_ENVELOPE_LEN_V2];
+    let mut written = 0;
+    // SAFETY: every pointer is to a live local of the documented size.
+    let s = unsafe {
+        ocelli_seal_envelope_v2(
+            Some(ocelli_test_rng_fill),
+            (&mut rng as *mut OcelliTestRng).cast(),
+            &i.request,
+            &i.left,
+            &i.right,
+            &*nodes,
+            &i.orb,
+            out.as_mut_ptr(),
+            out.len(),
+            &mut written,
+        )
+    };
+    assert_eq!(s, OcelliStatus::Ok);
+    assert_eq!(written, len);
+    assert!(out[len..].iter().all(|&b| b == 0xA5));
+    let view = sdk_orb::envelope::EnvelopeView::parse_v2(&out[..len]).expect("parses");
+    view.verify_signature().expect("verifies");
+
+    let mut written = 1;
+    // SAFETY: as above.
+    let s = unsafe {
+        ocelli_seal_envelope_v2(
+            Some(failing_rng),
+            core::ptr::null_mut(),
+            &i.request,
+            &i.left,
+            &i.right,
+            &*nodes,
+            &i.orb,
+            out.as_mut_ptr(),
+            out.len(),
+            &mut written,
+        )
+    };
+    assert_eq!(s, OcelliStatus::Rng);
+    assert_eq!(written, 0);
+    assert!(out.iter().all(|&b| b == 0));
+}

@@ -61,6 +61,18 @@ pub struct Seal {
     pub envelope: &'static [u8],
 }
 
+/// An `envelope_sealing_v2` vector: the node keys are X-Wing seeds.
+pub struct SealV2 {
+    pub rng_seed: [u8; 32],
+    pub request: RequestMeta,
+    pub left: Packed,
+    pub right: Packed,
+    pub node_seeds: [[u8; 32]; 3],
+    pub orb_seed: [u8; 32],
+    pub digest: [u8; 32],
+    pub envelope: &'static [u8],
+}
+
 pub struct EnvelopeBase {
     pub request: RequestMeta,
     pub keys: Keys,
@@ -162,6 +174,7 @@ pub enum Case {
         mask: [Digest16; 3],
     },
     Seal(&'static Seal),
+    SealV2(&'static SealV2),
     EnvelopeBase(&'static EnvelopeBase),
     EnvelopeReject {
         base: u32,

@@ -4,10 +4,13 @@ use core::fmt::Write as _;
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
+use sdk_orb::envelope::v2::{envelope_len_v2, seal_envelope_v2};
 use sdk_orb::envelope::{
     decode_payload, envelope_len, seal_envelope, EnvelopeView, MAX_ENVELOPE_LEN,
 };
-use sdk_orb::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey};
+use sdk_orb::keys::{
+    NodeHybridPublicKeys, NodeHybridSecretKey, NodePublicKeys, NodeSecretKey, OrbSigningKey,
+};
 use sdk_orb::plaintext::{
     dot_products, masked_bitvector, masked_value, min_distance_over_rotations,
     threshold_coefficient,
@@ -23,7 +26,7 @@ use sdk_orb::template::{IrisBits, IrisTemplate, TemplatePolicy, DEFAULT_VERSION,
 use sdk_orb::{PartyId, RequestId, CODE_BITS, CODE_COEFS, MASK_COEFS, PARTIES};
 use sha2::{Digest as _, Sha256};
 
-use crate::cases::{Case, Digest16, Dots, Keys, Packed, RingOp, Vector, CASES};
+use crate::cases::{Case, Digest16, Dots, Keys, Packed, RingOp, SealV2, Vector, CASES};
 
 /// Why a check failed, for the log.
 pub struct Fail(pub heapless::String<200>);
@@ -383,6 +386,7 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             .or_else(|e| fail!("seal: {e:?}"))?;
             check_sealed(s, &buf.envelope[..], n)
         }
+        Case::SealV2(s) => seal_v2(s, buf),
         Case::EnvelopeBase(b) => {
             for p in 0..PARTIES as u8 {
                 let got = stages_of(b.envelope, p, &b.keys, &mut buf.scratch[..], buf.shares)?;
@@ -441,6 +445,42 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             Err(e) => expect("error", debug(&e).as_str(), error),
         },
     }
+}
+
+/// Seals an `envelope_sealing_v2` vector with the stack painted, prints the stack high-water
+/// mark, and checks the envelope byte for byte.
+fn seal_v2(s: &SealV2, buf: &mut Buffers) -> Check {
+    let nodes = NodeHybridPublicKeys(core::array::from_fn(|p| {
+        NodeHybridSecretKey::from_seed(&s.node_seeds[p]).public_key()
+    }));
+    let orb = OrbSigningKey::from_bytes(&s.orb_seed);
+    let (l, r) = (template(&s.left)?, template(&s.right)?);
+    buf.envelope.fill(0xA5);
+    let mut rng = ChaCha20Rng::from_seed(s.rng_seed);
+    crate::measure::paint_stack();
+    let sp = cortex_m::register::msp::read() as usize;
+    let sealed = seal_envelope_v2(
+        &mut rng,
+        &s.request,
+        &l,
+        &r,
+        &nodes,
+        &orb,
+        &mut buf.envelope[..],
+    );
+    let stack = crate::measure::stack_used_below(sp);
+    cortex_m_semihosting::hprintln!("seal_envelope_v2 stack bytes: {}", stack);
+    let n = sealed.or_else(|e| fail!("seal: {e:?}"))?;
+    expect("envelope length", n, envelope_len_v2(&s.request))?;
+    if buf.envelope[n..].iter().any(|&b| b != 0xA5) {
+        fail!("sealer wrote past the envelope");
+    }
+    expect_bytes("envelope", &buf.envelope[..n], s.envelope)?;
+    let view = EnvelopeView::parse_v2(&buf.envelope[..n]).or_else(|e| fail!("parse: {e:?}"))?;
+    let digest = view
+        .verified_digest()
+        .or_else(|e| fail!("signature: {e:?}"))?;
+    expect("digest", digest.0, s.digest)
 }
 
 /// The sealed envelope in `out[..n]` against the vector, byte for byte.

@@ -17,9 +17,9 @@ pub const TAG_BYTES: usize = 16;
 /// Bytes of a request id.
 pub const REQUEST_ID_BYTES: usize = 16;
 /// Domain separator of the envelope digest.
-pub const DIGEST_DOMAIN: &[u8] = b"ocelli/envelope/v1";
+pub const DIGEST_DOMAIN: &[u8; 18] = b"ocelli/envelope/v1";
 /// Domain separator of the HPKE info string.
-pub const INFO_DOMAIN: &[u8] = b"ocelli/payload/v1";
+pub const INFO_DOMAIN: &[u8; 17] = b"ocelli/payload/v1";
 /// Bytes of the envelope header: the HPKE AAD and the start of the digest input.
 pub const HEADER_BYTES: usize = DIGEST_DOMAIN.len() + 4 + REQUEST_ID_BYTES + 1 + 8 + 8 + 1 + 32;
 
@@ -170,11 +170,22 @@ impl RequestMeta {
 
     /// The header bytes: HPKE AAD and digest prefix.
     pub fn header(&self, orb_key: &[u8; KEY_BYTES]) -> [u8; HEADER_BYTES] {
+        self.header_with(DIGEST_DOMAIN, PROTOCOL_VERSION, orb_key)
+    }
+
+    /// The header of envelope `version`, whose digest domain is `domain` (as long as
+    /// [`DIGEST_DOMAIN`]).
+    pub(crate) fn header_with(
+        &self,
+        domain: &[u8; DIGEST_DOMAIN.len()],
+        version: u32,
+        orb_key: &[u8; KEY_BYTES],
+    ) -> [u8; HEADER_BYTES] {
         let mut h = [0u8; HEADER_BYTES];
         let mut pos = 0;
         for part in [
-            DIGEST_DOMAIN,
-            &PROTOCOL_VERSION.to_be_bytes(),
+            &domain[..],
+            &version.to_be_bytes(),
             &self.request_id.0,
             &[self.request_type as u8],
             &self.timestamp_ms.to_be_bytes(),
@@ -195,8 +206,17 @@ pub struct EnvelopeDigest(pub [u8; 32]);
 
 /// The HPKE info string for `party`'s payload of `request_id`.
 pub fn hpke_info(party: PartyId, request_id: &RequestId) -> [u8; INFO_DOMAIN.len() + 17] {
+    info_with(INFO_DOMAIN, party, request_id)
+}
+
+/// The info string under `domain` (as long as [`INFO_DOMAIN`]).
+pub(crate) fn info_with(
+    domain: &[u8; INFO_DOMAIN.len()],
+    party: PartyId,
+    request_id: &RequestId,
+) -> [u8; INFO_DOMAIN.len() + 17] {
     let mut info = [0u8; INFO_DOMAIN.len() + 17];
-    info[..INFO_DOMAIN.len()].copy_from_slice(INFO_DOMAIN);
+    info[..INFO_DOMAIN.len()].copy_from_slice(domain);
     info[INFO_DOMAIN.len()] = party.get();
     info[INFO_DOMAIN.len() + 1..].copy_from_slice(&request_id.0);
     info
@@ -237,14 +257,32 @@ pub const fn ciphertext_len(party: PartyId) -> usize {
 }
 
 pub(crate) const fn sealed_inner_len(party: PartyId) -> usize {
-    uint_field_len(party.get() as u64)
-        + len_field_len(ENCAPSULATED_KEY_BYTES)
-        + len_field_len(ciphertext_len(party))
+    sealed_inner_len_with(party, ENCAPSULATED_KEY_BYTES, ciphertext_len(party))
+}
+
+pub(crate) const fn sealed_inner_len_with(party: PartyId, enc_len: usize, ct_len: usize) -> usize {
+    uint_field_len(party.get() as u64) + len_field_len(enc_len) + len_field_len(ct_len)
 }
 
 /// Bytes of the envelope for `meta`.
 pub const fn envelope_len(meta: &RequestMeta) -> usize {
-    let mut n = uint_field_len(PROTOCOL_VERSION as u64)
+    let mut sealed = [0; PARTIES];
+    let mut p = 0;
+    while p < PARTIES {
+        sealed[p] = sealed_inner_len(PartyId::ALL[p]);
+        p += 1;
+    }
+    envelope_len_with(meta, PROTOCOL_VERSION, &sealed)
+}
+
+/// Bytes of an envelope of `version` for `meta` whose sealed payload messages have
+/// `sealed[party]` bytes of content.
+pub(crate) const fn envelope_len_with(
+    meta: &RequestMeta,
+    version: u32,
+    sealed: &[usize; PARTIES],
+) -> usize {
+    let mut n = uint_field_len(version as u64)
         + len_field_len(REQUEST_ID_BYTES)
         + uint_field_len(meta.request_type as u64)
         + uint_field_len(meta.timestamp_ms)
@@ -254,7 +292,7 @@ pub const fn envelope_len(meta: &RequestMeta) -> usize {
         + len_field_len(SIGNATURE_BYTES);
     let mut p = 0;
     while p < PARTIES {
-        n += len_field_len(sealed_inner_len(PartyId::ALL[p]));
+        n += len_field_len(sealed[p]);
         p += 1;
     }
     n
@@ -283,8 +321,29 @@ pub(crate) fn write_envelope_layout(
     meta: &RequestMeta,
     orb_key: &[u8; KEY_BYTES],
 ) -> EnvelopeLayout {
+    let ct = PartyId::ALL.map(ciphertext_len);
+    write_envelope_layout_with(
+        out,
+        meta,
+        orb_key,
+        PROTOCOL_VERSION,
+        ENCAPSULATED_KEY_BYTES,
+        ct,
+    )
+}
+
+/// [`write_envelope_layout`] for envelope `version`, with encapsulated keys of `enc_len`
+/// bytes and ciphertexts of `ct_len[party]` bytes.
+pub(crate) fn write_envelope_layout_with(
+    out: &mut [u8],
+    meta: &RequestMeta,
+    orb_key: &[u8; KEY_BYTES],
+    version: u32,
+    enc_len: usize,
+    ct_len: [usize; PARTIES],
+) -> EnvelopeLayout {
     let mut w = Writer::new(out);
-    w.uint(1, PROTOCOL_VERSION as u64);
+    w.uint(1, version as u64);
     w.bytes(2, &meta.request_id.0);
     w.uint(3, meta.request_type as u64);
     w.uint(4, meta.timestamp_ms);
@@ -294,10 +353,11 @@ pub(crate) fn write_envelope_layout(
     let mut enc = [0; PARTIES];
     let mut ct = [0; PARTIES];
     for party in PartyId::ALL {
-        w.len_prefix(8, sealed_inner_len(party));
+        let p = party.index();
+        w.len_prefix(8, sealed_inner_len_with(party, enc_len, ct_len[p]));
         w.uint(1, party.get() as u64);
-        enc[party.index()] = w.reserve(2, ENCAPSULATED_KEY_BYTES);
-        ct[party.index()] = w.reserve(3, ciphertext_len(party));
+        enc[p] = w.reserve(2, enc_len);
+        ct[p] = w.reserve(3, ct_len[p]);
     }
     let sig = w.reserve(9, SIGNATURE_BYTES);
     debug_assert_eq!(w.pos, w.buf.len());
@@ -318,9 +378,24 @@ pub(crate) fn write_payload_layout(
     request_id: &RequestId,
 ) -> PayloadLayout {
     let mut w = Writer::new(out);
-    w.uint(1, PROTOCOL_VERSION as u64);
+    write_payload_head(&mut w, PROTOCOL_VERSION, party, request_id);
+    reserve_eyes(&mut w)
+}
+
+/// A payload's version, party and request id fields.
+pub(crate) fn write_payload_head(
+    w: &mut Writer<'_>,
+    version: u32,
+    party: PartyId,
+    request_id: &RequestId,
+) {
+    w.uint(1, version as u64);
     w.uint(2, party.get() as u64);
     w.bytes(3, &request_id.0);
+}
+
+/// Reserves the two eyes' share fields, which end the payload.
+pub(crate) fn reserve_eyes(w: &mut Writer<'_>) -> PayloadLayout {
     let mut code = [0; 2];
     let mut mask = [0; 2];
     for (eye, field) in [4u8, 5].into_iter().enumerate() {

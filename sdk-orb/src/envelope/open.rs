@@ -7,6 +7,7 @@ use zeroize::Zeroize;
 
 use crate::keys::{Kem, NodeSecretKey};
 use crate::pb::Reader;
+use crate::shamir::seeded::{ShareSeed, SEED_BYTES};
 use crate::shamir::{CodeShare, MaskShare, PartyShares};
 use crate::{PartyId, RequestId, PROTOCOL_VERSION};
 
@@ -29,21 +30,34 @@ impl<'a> EnvelopeView<'a> {
         out: &mut PartyShares,
     ) -> Result<(), EnvelopeError> {
         let sealed = self.payloads[party.index()];
-        let len = payload_len(party);
-        let buf = scratch
-            .get_mut(..len)
-            .ok_or(EnvelopeError::BufferTooSmall {
-                needed: ciphertext_len(party),
-            })?;
-        buf.copy_from_slice(&sealed.ciphertext[..len]);
-        let result = open_in_place(self, party, key, sealed, buf)
-            .and_then(|()| decode_payload(buf, party, &self.meta.request_id, out));
-        buf.zeroize();
-        if result.is_err() {
-            out.zeroize();
-        }
-        result
+        open_in_scratch(sealed.ciphertext, scratch, out, |buf, out| {
+            open_in_place(self, party, key, sealed, buf)?;
+            decode_payload(buf, party, &self.meta.request_id, out)
+        })
     }
+}
+
+/// Copies the ciphertext `sealed` (tag last) into `scratch`, runs `open` (decrypt in place,
+/// decode into `out`) on it, and zeroizes the plaintext, and `out` on failure.
+pub(crate) fn open_in_scratch(
+    sealed: &[u8],
+    scratch: &mut [u8],
+    out: &mut PartyShares,
+    open: impl FnOnce(&mut [u8], &mut PartyShares) -> Result<(), EnvelopeError>,
+) -> Result<(), EnvelopeError> {
+    let len = sealed.len() - TAG_BYTES;
+    let buf = scratch
+        .get_mut(..len)
+        .ok_or(EnvelopeError::BufferTooSmall {
+            needed: sealed.len(),
+        })?;
+    buf.copy_from_slice(&sealed[..len]);
+    let result = open(buf, out);
+    buf.zeroize();
+    if result.is_err() {
+        out.zeroize();
+    }
+    result
 }
 
 pub(crate) fn open_in_place(
@@ -82,12 +96,27 @@ pub fn decode_payload(
     request_id: &RequestId,
     out: &mut PartyShares,
 ) -> Result<(), EnvelopeError> {
+    decode_payload_with(bytes, PROTOCOL_VERSION, party, request_id, out, None)
+}
+
+/// Decodes a payload of envelope `version`: the two eyes' shares into `out`, or, where `seed`
+/// is given, the seed (field 6) instead of any share.
+pub(crate) fn decode_payload_with(
+    bytes: &[u8],
+    expected_version: u32,
+    party: PartyId,
+    request_id: &RequestId,
+    out: &mut PartyShares,
+    mut seed: Option<&mut ShareSeed>,
+) -> Result<(), EnvelopeError> {
     let mut r = Reader::new(bytes, &[]);
     let mut version = None;
     let mut payload_party = 0;
     let mut rid = None;
     let mut eyes = [false; 2];
-    while let Some((field, v)) = r.next(5)? {
+    let mut seen_seed = false;
+    let max_field = if seed.is_some() { 6 } else { 5 };
+    while let Some((field, v)) = r.next(max_field)? {
         match field {
             1 => version = Some(v.varint()?),
             2 => {
@@ -97,6 +126,15 @@ pub fn decode_payload(
                 }
             }
             3 => rid = Some(*fixed::<REQUEST_ID_BYTES>(v, "payload request_id")?),
+            6 => {
+                if let Some(seed) = seed.as_deref_mut() {
+                    seed.0 = *fixed::<SEED_BYTES>(v, "seed")?;
+                    seen_seed = true;
+                }
+            }
+            _ if seed.is_some() => {
+                return Err(EnvelopeError::Malformed("shares in a seeded payload"))
+            }
             _ => {
                 let (eye, names) = if field == 4 {
                     (&mut out.left, ["left.code", "left.mask"])
@@ -109,7 +147,7 @@ pub fn decode_payload(
         }
     }
     match version {
-        Some(v) if v == PROTOCOL_VERSION as u64 => {}
+        Some(v) if v == expected_version as u64 => {}
         Some(v) => return Err(EnvelopeError::UnsupportedVersion(v)),
         None => return Err(EnvelopeError::MissingField("payload version")),
     }
@@ -121,6 +159,12 @@ pub fn decode_payload(
     }
     if rid.ok_or(EnvelopeError::MissingField("payload request_id"))? != request_id.0 {
         return Err(EnvelopeError::PayloadRequestId);
+    }
+    if seed.is_some() {
+        return match seen_seed {
+            true => Ok(()),
+            false => Err(EnvelopeError::MissingField("seed")),
+        };
     }
     if !eyes[0] {
         return Err(EnvelopeError::MissingField("left"));

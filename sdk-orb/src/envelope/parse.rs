@@ -8,23 +8,97 @@ use crate::{PartyId, RequestId, RequestType, PARTIES, PROTOCOL_VERSION};
 
 use super::format::*;
 
+/// An envelope version: its number, KEM and lengths. Implemented by [`V1`] and [`V2`] only.
+pub trait Version: Copy + core::fmt::Debug + sealed::Sealed {
+    /// The version number carried in the envelope and its payloads.
+    const NUMBER: u32;
+    /// The KEM's encapsulated key.
+    type EncappedKey: Copy + core::fmt::Debug + AsRef<[u8]> + 'static;
+    /// The encapsulated key in `bytes`, if they have its length.
+    fn encapped_key(bytes: &[u8]) -> Option<&Self::EncappedKey>;
+    /// Ciphertext bytes (tag included) of `party`'s payload.
+    fn ciphertext_len(party: PartyId, request_id: &RequestId) -> usize;
+    /// Bytes of the envelope for `meta`.
+    fn envelope_len(meta: &RequestMeta) -> usize;
+    /// The largest envelope of this version.
+    const MAX_LEN: usize;
+    /// The header (HPKE AAD and digest prefix).
+    fn header(meta: &RequestMeta, orb_key: &[u8; KEY_BYTES]) -> [u8; HEADER_BYTES];
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::V1 {}
+    impl Sealed for super::V2 {}
+}
+
+/// The layout of a version `V` envelope for `meta`: every field but the sealed parts written.
+pub(crate) fn write_layout<V: Version>(
+    out: &mut [u8],
+    meta: &RequestMeta,
+    orb_key: &[u8; KEY_BYTES],
+) -> EnvelopeLayout {
+    let ct = PartyId::ALL.map(|p| V::ciphertext_len(p, &meta.request_id));
+    let enc = core::mem::size_of::<V::EncappedKey>();
+    write_envelope_layout_with(out, meta, orb_key, V::NUMBER, enc, ct)
+}
+
+/// Envelope version 1: X25519 HPKE, every party's shares in its payload.
+#[derive(Clone, Copy, Debug)]
+pub struct V1;
+
+/// Envelope version 2: X-Wing HPKE, one party's shares as a seed (see [`super::v2`]).
+#[derive(Clone, Copy, Debug)]
+pub struct V2;
+
+impl Version for V1 {
+    const NUMBER: u32 = PROTOCOL_VERSION;
+    type EncappedKey = [u8; ENCAPSULATED_KEY_BYTES];
+    fn encapped_key(bytes: &[u8]) -> Option<&Self::EncappedKey> {
+        bytes.try_into().ok()
+    }
+    fn ciphertext_len(party: PartyId, _: &RequestId) -> usize {
+        ciphertext_len(party)
+    }
+    fn envelope_len(meta: &RequestMeta) -> usize {
+        envelope_len(meta)
+    }
+    const MAX_LEN: usize = MAX_ENVELOPE_LEN;
+    fn header(meta: &RequestMeta, orb_key: &[u8; KEY_BYTES]) -> [u8; HEADER_BYTES] {
+        meta.header(orb_key)
+    }
+}
+
 /// One party's sealed payload inside a parsed envelope.
 #[derive(Clone, Copy, Debug)]
-pub struct SealedPayloadView<'a> {
+pub struct SealedPayloadView<'a, V: Version = V1> {
     /// HPKE encapsulated key.
-    pub encapsulated_key: &'a [u8; ENCAPSULATED_KEY_BYTES],
+    pub encapsulated_key: &'a V::EncappedKey,
     /// Ciphertext with the tag appended.
     pub ciphertext: &'a [u8],
 }
 
-/// A structurally valid envelope, borrowed from its bytes. Not yet authenticated: call
-/// [`EnvelopeView::verify_signature`] before trusting anything in it.
+/// A structurally valid envelope of version `V`, borrowed from its bytes. Not yet
+/// authenticated: call [`EnvelopeView::verify_signature`] before trusting anything in it.
 #[derive(Clone, Copy, Debug)]
-pub struct EnvelopeView<'a> {
+pub struct EnvelopeView<'a, V: Version = V1> {
     pub(crate) meta: RequestMeta,
     pub(crate) orb_key: [u8; KEY_BYTES],
-    pub(crate) payloads: [SealedPayloadView<'a>; PARTIES],
+    pub(crate) payloads: [SealedPayloadView<'a, V>; PARTIES],
     pub(crate) signature: [u8; SIGNATURE_BYTES],
+}
+
+/// The version field of an envelope, read without parsing the rest: which parser to use.
+///
+/// # Errors
+/// [`EnvelopeError::Malformed`] if the bytes do not start with a version field,
+/// [`EnvelopeError::MissingField`] if it is absent.
+pub fn envelope_version(bytes: &[u8]) -> Result<u64, EnvelopeError> {
+    let mut r = Reader::new(bytes, &[8]);
+    match r.next(9)? {
+        Some((1, v)) => Ok(v.varint()?),
+        _ => Err(EnvelopeError::MissingField("version")),
+    }
 }
 
 pub(crate) fn fixed<'a, const N: usize>(
@@ -39,10 +113,11 @@ pub(crate) fn fixed<'a, const N: usize>(
     })
 }
 
-pub(crate) fn parse_sealed(
+pub(crate) fn parse_sealed<V: Version>(
     bytes: &[u8],
     position: usize,
-) -> Result<SealedPayloadView<'_>, EnvelopeError> {
+    expected: usize,
+) -> Result<SealedPayloadView<'_, V>, EnvelopeError> {
     let mut r = Reader::new(bytes, &[]);
     let mut party = 0u64;
     let mut enc = None;
@@ -57,7 +132,14 @@ pub(crate) fn parse_sealed(
                     p => p,
                 }
             }
-            2 => enc = Some(fixed::<ENCAPSULATED_KEY_BYTES>(v, "encapsulated_key")?),
+            2 => {
+                let b = v.bytes()?;
+                enc = Some(V::encapped_key(b).ok_or(EnvelopeError::Length {
+                    field: "encapsulated_key",
+                    expected: core::mem::size_of::<V::EncappedKey>(),
+                    actual: b.len(),
+                })?);
+            }
             _ => ct = Some(v.bytes()?),
         }
     }
@@ -66,7 +148,6 @@ pub(crate) fn parse_sealed(
     }
     let encapsulated_key = enc.ok_or(EnvelopeError::MissingField("encapsulated_key"))?;
     let ciphertext = ct.ok_or(EnvelopeError::MissingField("ciphertext"))?;
-    let expected = ciphertext_len(PartyId::ALL[position]);
     if ciphertext.len() != expected {
         return Err(EnvelopeError::Length {
             field: "ciphertext",
@@ -87,9 +168,16 @@ impl<'a> EnvelopeView<'a> {
     /// # Errors
     /// The first problem found, as an [`EnvelopeError`].
     pub fn parse(bytes: &'a [u8]) -> Result<EnvelopeView<'a>, EnvelopeError> {
-        if bytes.len() > MAX_ENVELOPE_LEN {
+        parse_view(bytes)
+    }
+}
+
+/// [`EnvelopeView::parse`] for any version.
+pub(crate) fn parse_view<V: Version>(bytes: &[u8]) -> Result<EnvelopeView<'_, V>, EnvelopeError> {
+    {
+        if bytes.len() > V::MAX_LEN {
             return Err(EnvelopeError::Oversized {
-                limit: MAX_ENVELOPE_LEN,
+                limit: V::MAX_LEN,
                 actual: bytes.len(),
             });
         }
@@ -101,12 +189,16 @@ impl<'a> EnvelopeView<'a> {
         let mut serial_id = 0;
         let mut or_policy = false;
         let mut orb_key = None;
-        let mut payloads: [Option<SealedPayloadView<'a>>; PARTIES] = [None; PARTIES];
+        let mut payloads: [Option<SealedPayloadView<'_, V>>; PARTIES] = [None; PARTIES];
         let mut count = 0;
         let mut signature = None;
         while let Some((field, v)) = r.next(9)? {
             match field {
-                1 => version = Some(v.varint()?),
+                // The version decides every length after it: check it first.
+                1 => match v.varint()? {
+                    n if n == V::NUMBER as u64 => version = Some(n),
+                    n => return Err(EnvelopeError::UnsupportedVersion(n)),
+                },
                 2 => request_id = Some(*fixed::<REQUEST_ID_BYTES>(v, "request_id")?),
                 3 => {
                     let t = v.varint()?;
@@ -132,16 +224,17 @@ impl<'a> EnvelopeView<'a> {
                     let slot = payloads
                         .get_mut(count)
                         .ok_or(EnvelopeError::PayloadParties)?;
-                    *slot = Some(parse_sealed(v.bytes()?, count)?);
+                    // Field 2 comes first; without it the lengths are unknown.
+                    let rid = RequestId(request_id.unwrap_or_default());
+                    let expected = V::ciphertext_len(PartyId::ALL[count], &rid);
+                    *slot = Some(parse_sealed::<V>(v.bytes()?, count, expected)?);
                     count += 1;
                 }
                 _ => signature = Some(*fixed::<SIGNATURE_BYTES>(v, "signature")?),
             }
         }
-        match version {
-            Some(v) if v == PROTOCOL_VERSION as u64 => {}
-            Some(v) => return Err(EnvelopeError::UnsupportedVersion(v)),
-            None => return Err(EnvelopeError::MissingField("version")),
+        if version.is_none() {
+            return Err(EnvelopeError::MissingField("version"));
         }
         let meta = RequestMeta {
             request_id: RequestId(request_id.ok_or(EnvelopeError::MissingField("request_id"))?),
@@ -164,7 +257,9 @@ impl<'a> EnvelopeView<'a> {
             signature: signature.ok_or(EnvelopeError::MissingField("signature"))?,
         })
     }
+}
 
+impl<'a, V: Version> EnvelopeView<'a, V> {
     /// The request fields.
     pub fn meta(&self) -> &RequestMeta {
         &self.meta
@@ -201,7 +296,7 @@ impl<'a> EnvelopeView<'a> {
     }
 
     /// The sealed payload of `party`.
-    pub fn payload(&self, party: PartyId) -> SealedPayloadView<'a> {
+    pub fn payload(&self, party: PartyId) -> SealedPayloadView<'a, V> {
         self.payloads[party.index()]
     }
 
@@ -214,11 +309,11 @@ impl<'a> EnvelopeView<'a> {
     pub fn digest(&self) -> EnvelopeDigest {
         let p = |i: usize| {
             (
-                &self.payloads[i].encapsulated_key[..],
+                self.payloads[i].encapsulated_key.as_ref(),
                 self.payloads[i].ciphertext,
             )
         };
-        digest(&self.meta.header(&self.orb_key), [p(0), p(1), p(2)])
+        digest(&V::header(&self.meta, &self.orb_key), [p(0), p(1), p(2)])
     }
 
     /// Verifies the orb's signature over the digest (strict Ed25519: no small-order keys,
@@ -249,12 +344,13 @@ impl<'a> EnvelopeView<'a> {
     /// # Errors
     /// [`EnvelopeError::BufferTooSmall`].
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EnvelopeError> {
-        let n = envelope_len(&self.meta);
+        let n = V::envelope_len(&self.meta);
         let out = first(out, n)?;
-        let layout = write_envelope_layout(out, &self.meta, &self.orb_key);
+        let layout = write_layout::<V>(out, &self.meta, &self.orb_key);
         for (p, payload) in self.payloads.iter().enumerate() {
             let e = layout.enc[p];
-            out[e..e + ENCAPSULATED_KEY_BYTES].copy_from_slice(payload.encapsulated_key);
+            let enc = payload.encapsulated_key.as_ref();
+            out[e..e + enc.len()].copy_from_slice(enc);
             let c = layout.ct[p];
             out[c..c + payload.ciphertext.len()].copy_from_slice(payload.ciphertext);
         }

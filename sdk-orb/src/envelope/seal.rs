@@ -13,6 +13,7 @@ use crate::template::IrisTemplate;
 use crate::{PartyId, RequestId, PARTIES};
 
 use super::format::*;
+use super::parse::{write_layout, Version, V1};
 
 /// Encodes one party's payload into `out` (exactly `payload_len(party)` bytes).
 ///
@@ -99,12 +100,24 @@ pub fn hazmat_seal_plaintexts<R: RngCore + CryptoRng>(
     orb: &OrbSigningKey,
     out: &mut [u8],
 ) -> Result<usize, EnvelopeError> {
-    let n = envelope_len(meta);
+    let (n, layout) = place_plaintexts::<V1>(meta, plaintexts, orb, out)?;
+    seal_and_sign(rng, meta, nodes, orb, out, &layout)?;
+    Ok(n)
+}
+
+/// Writes the layout of a version `V` envelope for `meta` into `out` with the caller's
+/// payload plaintexts in place; returns the envelope length and the layout.
+pub(crate) fn place_plaintexts<V: Version>(
+    meta: &RequestMeta,
+    plaintexts: [&[u8]; PARTIES],
+    orb: &OrbSigningKey,
+    out: &mut [u8],
+) -> Result<(usize, EnvelopeLayout), EnvelopeError> {
+    let n = V::envelope_len(meta);
     let out = first(out, n)?;
-    let orb_key = orb.verifying_key().to_bytes();
-    let layout = write_envelope_layout(out, meta, &orb_key);
+    let layout = write_layout::<V>(out, meta, &orb.verifying_key().to_bytes());
     for (party, plaintext) in PartyId::ALL.into_iter().zip(plaintexts) {
-        let len = payload_len(party);
+        let len = V::ciphertext_len(party, &meta.request_id) - TAG_BYTES;
         if plaintext.len() != len {
             return Err(EnvelopeError::Length {
                 field: "payload",
@@ -115,8 +128,7 @@ pub fn hazmat_seal_plaintexts<R: RngCore + CryptoRng>(
         let start = layout.ct[party.index()];
         out[start..start + len].copy_from_slice(plaintext);
     }
-    seal_and_sign(rng, meta, nodes, orb, out, &layout)?;
-    Ok(n)
+    Ok((n, layout))
 }
 
 /// Seals the three plaintext regions of `out` in place and signs the envelope.
@@ -152,18 +164,28 @@ pub(crate) fn seal_and_sign<R: RngCore + CryptoRng>(
         let e = layout.enc[party.index()];
         encapped.write_exact(&mut out[e..e + ENCAPSULATED_KEY_BYTES]);
     }
+    let ct = PartyId::ALL.map(ciphertext_len);
+    sign_envelope(out, layout, &header, ENCAPSULATED_KEY_BYTES, ct, orb);
+    Ok(())
+}
+
+/// Signs the digest of the sealed envelope in `out` into its signature field.
+pub(crate) fn sign_envelope(
+    out: &mut [u8],
+    layout: &EnvelopeLayout,
+    header: &[u8; HEADER_BYTES],
+    enc_len: usize,
+    ct_len: [usize; PARTIES],
+    orb: &OrbSigningKey,
+) {
     let region = |p: usize| {
         let e = layout.enc[p];
         let c = layout.ct[p];
-        (
-            &out[e..e + ENCAPSULATED_KEY_BYTES],
-            &out[c..c + ciphertext_len(PartyId::ALL[p])],
-        )
+        (&out[e..e + enc_len], &out[c..c + ct_len[p]])
     };
-    let d = digest(&header, [region(0), region(1), region(2)]);
+    let d = digest(header, [region(0), region(1), region(2)]);
     let signature = orb.0.sign(&d.0);
     out[layout.sig..layout.sig + SIGNATURE_BYTES].copy_from_slice(&signature.to_bytes());
-    Ok(())
 }
 
 /// Seals into a new vector; see [`seal_envelope`].

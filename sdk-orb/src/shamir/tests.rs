@@ -211,7 +211,7 @@ fn streaming_shares_equal_sharing_the_extracted_coefficients() {
 
 /// Chi-squared statistic of byte values against the uniform distribution (255 degrees of
 /// freedom: mean 255, standard deviation about 22.6).
-fn chi_squared_bytes(values: impl Iterator<Item = u16>) -> f64 {
+pub(super) fn chi_squared_bytes(values: impl Iterator<Item = u16>) -> f64 {
     let mut counts = [0u64; 256];
     let mut n = 0u64;
     for v in values {
