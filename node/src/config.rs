@@ -287,6 +287,18 @@ pub struct TlsConfig {
     /// Certificates of the results consumers (PEM): they may read and stream every result.
     #[serde(default)]
     pub results_consumers: Vec<PathBuf>,
+    /// The peer port and the links this node dials key their TLS with X25519MLKEM768 only, so
+    /// a handshake without it fails; off, they prefer it and accept X25519 too.
+    #[serde(default = "yes")]
+    pub require_hybrid_kx_peers: bool,
+    /// The orb port accepts only X25519MLKEM768; off, it prefers it and accepts X25519 too
+    /// (what every orb gateway must support first: docs/operations.md).
+    #[serde(default)]
+    pub require_hybrid_kx_orbs: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Identity keys.

@@ -394,6 +394,8 @@ pub fn sample_node_config(party: PartyId, base: u16) -> crate::config::NodeConfi
             key: dir(party, "tls.key.pem"),
             gateways: vec!["gateway0/tls.pem".into(), "gateway1/tls.pem".into()],
             results_consumers: vec!["results-consumer/tls.pem".into()],
+            require_hybrid_kx_peers: true,
+            require_hybrid_kx_orbs: false,
         },
         keys: KeysConfig {
             hpke_secret: dir(party, "hpke.key"),

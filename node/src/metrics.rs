@@ -6,11 +6,33 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+use rustls::NamedGroup;
 use sdk_orb::PartyId;
 
 /// A party as a label value (`party`, `peer`): its number.
 fn label(party: PartyId) -> String {
     party.get().to_string()
+}
+
+/// A key exchange group as a label value (`group`): its IANA name, e.g. `X25519MLKEM768`.
+fn group_label(group: NamedGroup) -> String {
+    format!("{group:?}")
+}
+
+/// Counts the TLS handshakes one listening port completes (`ocelli_tls_handshakes_total`).
+#[derive(Clone, Debug)]
+pub struct HandshakeCounter {
+    port: &'static str,
+    total: IntCounterVec,
+}
+
+impl HandshakeCounter {
+    /// One handshake that negotiated `group` (`none`: no key exchange, as in a resumption
+    /// without one, which the node's configs do not offer).
+    pub fn count(&self, group: Option<NamedGroup>) {
+        let group = group.map_or_else(|| "none".to_owned(), group_label);
+        self.total.with_label_values(&[self.port, &group]).inc();
+    }
 }
 
 /// The node's metrics.
@@ -62,6 +84,9 @@ pub struct Metrics {
     pub peer_up: IntGaugeVec,
     /// `ocelli_batches_aborted_total{cause}`: coordinator rounds that failed, by cause.
     pub batches_aborted: IntCounterVec,
+    /// `ocelli_tls_handshakes_total{port,group}`: TLS handshakes completed on a listening port
+    /// (`orb`, `peer`), by the key exchange group negotiated.
+    pub tls_handshakes: IntCounterVec,
     /// `ocelli_cpu_engine_info{kernel,p,d,chunk}`: 1 for the CPU engine's kernel, tile shape
     /// and chunk length (none off the CPU engine).
     pub cpu_engine: IntGaugeVec,
@@ -194,6 +219,20 @@ impl Metrics {
         for cause in ABORT_CAUSES {
             batches_aborted.with_label_values(&[cause]);
         }
+        let tls_handshakes = IntCounterVec::new(
+            Opts::new(
+                "tls_handshakes_total",
+                "TLS handshakes completed on a listening port, by key exchange group",
+            ),
+            &["port", "group"],
+        )
+        .expect("static metric");
+        register(Box::new(tls_handshakes.clone()));
+        for port in ["orb", "peer"] {
+            for group in [NamedGroup::X25519MLKEM768, NamedGroup::X25519] {
+                tls_handshakes.with_label_values(&[port, &group_label(group)]);
+            }
+        }
         let cpu_engine = IntGaugeVec::new(
             Opts::new(
                 "cpu_engine_info",
@@ -226,8 +265,17 @@ impl Metrics {
             since_commit,
             peer_up,
             batches_aborted,
+            tls_handshakes,
             cpu_engine,
             names: names.into_inner(),
+        }
+    }
+
+    /// The handshake counter of the port named `port` (`orb`, `peer`).
+    pub fn tls_handshakes(&self, port: &'static str) -> HandshakeCounter {
+        HandshakeCounter {
+            port,
+            total: self.tls_handshakes.clone(),
         }
     }
 

@@ -98,6 +98,7 @@ pub async fn run(
         listeners.orb,
         tls.orb_server.clone(),
         Admission::new("orb", limits, &state.metrics),
+        state.metrics.tls_handshakes("orb"),
         stop_rx.clone(),
         None,
     );
@@ -137,6 +138,7 @@ pub async fn run(
         listeners.peer,
         tls.peer_server.clone(),
         Admission::new("peer", limits, &state.metrics),
+        state.metrics.tls_handshakes("peer"),
         stop_rx.clone(),
         Some(mpc_links),
     );

@@ -1,5 +1,9 @@
-//! TLS with rustls and the `ring` provider.
+//! TLS with rustls: the `ring` provider, with the hybrid post-quantum key exchange
+//! X25519MLKEM768 from aws-lc-rs ([`provider`]).
 //!
+//! - Every TLS 1.3 handshake offers X25519MLKEM768 first. The peer port and the links a node
+//!   dials accept only it unless `tls.require_hybrid_kx_peers` is off; the orb port accepts
+//!   the classical groups too unless `tls.require_hybrid_kx_orbs` is on ([`KeyExchange`]).
 //! - Orb gateways and results consumers reach a node's orb API over TLS with a client
 //!   certificate, which must be byte-for-byte one configured under `tls.gateways` or
 //!   `tls.results_consumers`; a caller without one completes the handshake but every call
@@ -35,6 +39,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::config::NodeConfig;
+use crate::metrics::HandshakeCounter;
 
 mod admission;
 mod socket;
@@ -71,8 +76,39 @@ pub fn mpc_client_config(peer_client: &ClientConfig) -> Arc<ClientConfig> {
     Arc::new(c)
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// The key exchange groups a TLS config offers (a client) or accepts (a server).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyExchange {
+    /// X25519MLKEM768 first, then ring's classical groups (X25519, P-256, P-384).
+    HybridPreferred,
+    /// X25519MLKEM768 alone: a handshake without it fails.
+    HybridOnly,
+}
+
+impl KeyExchange {
+    /// [`KeyExchange::HybridOnly`] when `require`d, else [`KeyExchange::HybridPreferred`].
+    pub fn required(require: bool) -> Self {
+        if require {
+            Self::HybridOnly
+        } else {
+            Self::HybridPreferred
+        }
+    }
+}
+
+/// The provider of every TLS config of the node: ring's signatures, cipher suites and
+/// certificate verification, and the key exchange groups of `kx`, X25519MLKEM768 taken from
+/// aws-lc-rs (ring has no ML-KEM).
+pub fn provider(kx: KeyExchange) -> Arc<CryptoProvider> {
+    let ring = rustls::crypto::ring::default_provider();
+    let hybrid = rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768;
+    let kx_groups = match kx {
+        KeyExchange::HybridOnly => vec![hybrid],
+        KeyExchange::HybridPreferred => std::iter::once(hybrid)
+            .chain(ring.kx_groups.iter().copied())
+            .collect(),
+    };
+    Arc::new(CryptoProvider { kx_groups, ..ring })
 }
 
 /// Reads all certificates of a PEM file.
@@ -220,29 +256,33 @@ impl NodeTls {
             orb_clients.push((OrbRole::ResultsConsumer, first_cert(p)?));
         }
         let orb_clients = OrbClients(orb_clients);
-        let orb_verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
-            // No certificate: the handshake completes and every call answers UNAUTHENTICATED.
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let orb_provider = provider(KeyExchange::required(cfg.tls.require_hybrid_kx_orbs));
+        let peer_provider = provider(KeyExchange::required(cfg.tls.require_hybrid_kx_peers));
+        let orb_verifier =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), orb_provider.clone())
+                // No certificate: the handshake completes and every call answers UNAUTHENTICATED.
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::Verifier(e.to_string()))?;
         let orb_verifier = Arc::new(PinnedOrbClientVerifier {
             inner: orb_verifier,
             allowed: orb_clients.clone(),
         });
-        let mut orb = ServerConfig::builder_with_provider(provider())
+        let mut orb = ServerConfig::builder_with_provider(orb_provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(orb_verifier)
             .with_single_cert(chain.clone(), key.clone_key())?;
         orb.alpn_protocols = vec![b"h2".to_vec()];
 
-        let webpki = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
-            .build()
-            .map_err(|e| TlsError::Verifier(e.to_string()))?;
+        let webpki =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), peer_provider.clone())
+                .build()
+                .map_err(|e| TlsError::Verifier(e.to_string()))?;
         let pinned = Arc::new(PinnedClientVerifier {
             inner: webpki,
             allowed: peer_certs.clone(),
         });
-        let mut peer_server = ServerConfig::builder_with_provider(provider())
+        let mut peer_server = ServerConfig::builder_with_provider(peer_provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(pinned)
             .with_single_cert(chain.clone(), key.clone_key())?;
@@ -250,14 +290,15 @@ impl NodeTls {
 
         let mut peer_clients = HashMap::new();
         for (party, cert) in &peer_certs.0 {
-            let inner = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
-                .build()
-                .map_err(|e| TlsError::Verifier(e.to_string()))?;
+            let inner =
+                WebPkiServerVerifier::builder_with_provider(roots.clone(), peer_provider.clone())
+                    .build()
+                    .map_err(|e| TlsError::Verifier(e.to_string()))?;
             let verifier = Arc::new(PinnedServerVerifier {
                 inner,
                 expected: cert.clone(),
             });
-            let mut c = ClientConfig::builder_with_provider(provider())
+            let mut c = ClientConfig::builder_with_provider(peer_provider.clone())
                 .with_protocol_versions(&[&rustls::version::TLS13])?
                 .dangerous()
                 .with_custom_certificate_verifier(verifier)
@@ -277,7 +318,8 @@ impl NodeTls {
 
 /// A client config trusting the deployment CA (what an orb gateway or a results consumer
 /// uses), presenting the certificate and key in `identity` (`(cert.pem, key.pem)`), or none:
-/// then the node answers every call UNAUTHENTICATED.
+/// then the node answers every call UNAUTHENTICATED. It prefers X25519MLKEM768 and falls back
+/// to X25519 where the orb port allows it.
 ///
 /// # Errors
 /// Unreadable CA or identity files.
@@ -286,7 +328,7 @@ pub fn orb_client_config(
     identity: Option<(&Path, &Path)>,
 ) -> Result<Arc<ClientConfig>, TlsError> {
     let roots = roots(&load_certs(ca_pem)?)?;
-    let builder = ClientConfig::builder_with_provider(provider())
+    let builder = ClientConfig::builder_with_provider(provider(KeyExchange::HybridPreferred))
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_root_certificates(roots);
     let mut c = match identity {
@@ -458,14 +500,16 @@ impl ServerCertVerifier for PinnedServerVerifier {
 pub type MpcHandler = Arc<dyn Fn(TlsStream<BufferedTcp>) + Send + Sync>;
 
 /// Accepts TCP connections, each holding a slot of `admission` until it authenticates, and runs
-/// their TLS handshakes off the accept loop; yields the finished TLS streams until `shutdown`
-/// fires, but hands those that chose the MPC link protocol to `mpc`. A connection that does not
+/// their TLS handshakes off the accept loop, counting each completed one in `handshakes` by its
+/// key exchange group; yields the finished TLS streams until `shutdown` fires, but hands those
+/// that chose the MPC link protocol to `mpc`. A connection that does not
 /// authenticate in the time its slot allows is closed, in its handshake or after (on the orb
 /// port a caller without a client certificate completes the handshake: its calls are refused).
 pub fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
     admission: Arc<Admission>,
+    handshakes: HandshakeCounter,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
     mpc: Option<MpcHandler>,
 ) -> tokio_stream::wrappers::ReceiverStream<Result<TlsStream<BufferedTcp>, std::io::Error>> {
@@ -490,6 +534,7 @@ pub fn incoming(
             let acceptor = acceptor.clone();
             let tx = tx.clone();
             let mpc = mpc.clone();
+            let handshakes = handshakes.clone();
             tokio::spawn(async move {
                 let mut s = match acceptor.accept(tcp).await {
                     Ok(s) => s,
@@ -499,6 +544,12 @@ pub fn incoming(
                         return;
                     }
                 };
+                handshakes.count(
+                    s.get_ref()
+                        .1
+                        .negotiated_key_exchange_group()
+                        .map(|g| g.name()),
+                );
                 // The verifiers admit a client certificate only if it is a configured one.
                 if s.get_ref().1.peer_certificates().is_some() {
                     s.get_mut().0.authenticated();

@@ -9,23 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster::{Cluster, Res};
+use cluster::{http_get, sample, Cluster, Res};
 use ocelli_node::batch::{
     BatchEvaluator, EvalContext, EvalError, EvalRequest, NotEvaluated, Outcome,
 };
 use ocelli_node::metrics::Metrics;
 use ocelli_node::shares::ShareDb;
 use shared_proto::v1::SubmitRequest;
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> Res<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
-}
 
 /// Polls `path` on node `i` until its answer starts with `status` (e.g. "HTTP/1.1 503"),
 /// returning the whole answer.
@@ -47,13 +37,6 @@ async fn wait_for(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The value of the series `name{labels}` (labels as exported, in order) in a scrape.
-fn sample(scrape: &str, series: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
 const OK: &str = "HTTP/1.1 200";

@@ -8,7 +8,7 @@ mod cluster;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster::{reason, Cluster, Res};
+use cluster::{http_get, reason, Cluster, Res};
 use ocelli_node::batch::NotEvaluated;
 use ocelli_node::clock::now_ms;
 use prost::Message;
@@ -268,16 +268,6 @@ async fn each_rejection_has_its_own_status_and_changes_nothing() -> Res {
         .contains("200 OK"));
     c.stop_all().await?;
     Ok(())
-}
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> Res<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod};
 use futures::{pin_mut, StreamExt};
@@ -284,10 +283,11 @@ pub fn check_plaintext_is_local(url: &str) -> Result<(), PgTlsError> {
     Ok(())
 }
 
-/// The TLS connector for `tls`: TLS 1.3 only, ring, as the node's other TLS (crate::tls).
+/// The TLS connector for `tls`: TLS 1.3 only, the node's provider (crate::tls), offering
+/// X25519MLKEM768 first and X25519 to a server without it.
 fn tls_connector(ca: &Path) -> Result<MakeRustlsConnect, PgTlsError> {
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+    let config = rustls::ClientConfig::builder_with_provider(crate::tls::provider(
+        crate::tls::KeyExchange::HybridPreferred,
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])?
     .with_root_certificates(load_ca(ca)?)

@@ -390,6 +390,24 @@ impl Cluster {
     }
 }
 
+/// The response to `GET path` on a node's plain HTTP port, status line included.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Res<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+/// The value of the series `name{labels}` (labels as exported, in order) in a scrape.
+pub fn sample(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
 /// The `ocelli-reject-reason` of a status.
 pub fn reason(s: &tonic::Status) -> String {
     s.metadata()

@@ -21,6 +21,7 @@ use shared_proto::v1::{
     BatchSignature, GetResultRequest, ResultStatus, SignedResult, SubmitRequest,
 };
 
+pub use crate::cluster::http_get;
 use crate::cluster::{Cluster, Res};
 
 /// Three results of `id`, fetched from the three nodes by the results consumer (a gateway
@@ -104,16 +105,6 @@ pub fn with_explicit_zero(env: &[u8], after: u64, extra: &[u8], in_payload: bool
         }
     }
     out
-}
-
-pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> Res<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
 }
 
 /// Submits `env` to the three nodes as `client` (one per node).
