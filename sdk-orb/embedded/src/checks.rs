@@ -447,8 +447,8 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
     }
 }
 
-/// Seals an `envelope_sealing_v2` vector with the stack painted, prints the stack high-water
-/// mark, and checks the envelope byte for byte.
+/// Seals an `envelope_sealing_v2` vector with the stack painted and the timer running, prints
+/// the stack high-water mark and the instructions, and checks the envelope byte for byte.
 fn seal_v2(s: &SealV2, buf: &mut Buffers) -> Check {
     let nodes = NodeHybridPublicKeys(core::array::from_fn(|p| {
         NodeHybridSecretKey::from_seed(&s.node_seeds[p]).public_key()
@@ -457,19 +457,21 @@ fn seal_v2(s: &SealV2, buf: &mut Buffers) -> Check {
     let (l, r) = (template(&s.left)?, template(&s.right)?);
     buf.envelope.fill(0xA5);
     let mut rng = ChaCha20Rng::from_seed(s.rng_seed);
-    crate::measure::paint_stack();
-    let sp = cortex_m::register::msp::read() as usize;
-    let sealed = seal_envelope_v2(
-        &mut rng,
-        &s.request,
-        &l,
-        &r,
-        &nodes,
-        &orb,
-        &mut buf.envelope[..],
-    );
-    let stack = crate::measure::stack_used_below(sp);
-    cortex_m_semihosting::hprintln!("seal_envelope_v2 stack bytes: {}", stack);
+    let counter = crate::measure::Counter::start();
+    let (sealed, insns) = counter.count(|| {
+        seal_envelope_v2(
+            &mut rng,
+            &s.request,
+            &l,
+            &r,
+            &nodes,
+            &orb,
+            &mut buf.envelope[..],
+        )
+    });
+    // Each vector seals for another seeded party; run.sh reads the first one's figures.
+    cortex_m_semihosting::hprintln!("seal_envelope v2 stack bytes: {}", counter.last_stack());
+    cortex_m_semihosting::hprintln!("seal_envelope v2 instructions: {}", insns);
     let n = sealed.or_else(|e| fail!("seal: {e:?}"))?;
     expect("envelope length", n, envelope_len_v2(&s.request))?;
     if buf.envelope[n..].iter().any(|&b| b != 0xA5) {

@@ -1,4 +1,5 @@
-//! Firmware image that seals one person with the SDK and does nothing else, so its flash is the
+//! Firmware image that seals one person with the SDK (envelope version 2, X-Wing to each node)
+//! and does nothing else, so its flash is the
 //! SDK's own (with the runtime, the RNG and the exit call) apart from any test data. The person
 //! and the keys are drawn from fixed seeds at start-up. Exits through semihosting: success if
 //! the envelope was sealed.
@@ -10,8 +11,9 @@ mod runtime;
 use cortex_m_rt::entry;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore as _, SeedableRng as _};
-use sdk_orb::envelope::{seal_envelope, RequestMeta, MAX_ENVELOPE_LEN};
-use sdk_orb::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey};
+use sdk_orb::envelope::v2::{seal_envelope_v2, MAX_ENVELOPE_LEN_V2};
+use sdk_orb::envelope::RequestMeta;
+use sdk_orb::keys::{NodeHybridPublicKeys, NodeHybridSecretKey, OrbSigningKey};
 use sdk_orb::template::{IrisBits, IrisTemplate, TemplatePolicy, DEFAULT_VERSION, PACKED_BYTES};
 use sdk_orb::{RequestId, RequestType};
 
@@ -19,18 +21,17 @@ use runtime::exit;
 
 #[entry]
 fn main() -> ! {
-    let Some(out) = cortex_m::singleton!(: [u8; MAX_ENVELOPE_LEN] = [0; MAX_ENVELOPE_LEN]) else {
+    let Some(out) = cortex_m::singleton!(: [u8; MAX_ENVELOPE_LEN_V2] = [0; MAX_ENVELOPE_LEN_V2])
+    else {
         exit(false)
     };
     let mut rng = ChaCha20Rng::from_seed([7; 32]);
     let (Some(left), Some(right)) = (template(&mut rng), template(&mut rng)) else {
         exit(false)
     };
-    let node = |seed: u8| NodeSecretKey::from_bytes(&[seed; 32]).map(|k| k.public_key());
-    let (Ok(a), Ok(b), Ok(c)) = (node(1), node(2), node(3)) else {
-        exit(false)
-    };
-    let nodes = NodePublicKeys([a, b, c]);
+    let nodes = NodeHybridPublicKeys(core::array::from_fn(|p| {
+        NodeHybridSecretKey::from_seed(&[p as u8 + 1; 32]).public_key()
+    }));
     let orb = OrbSigningKey::from_bytes(&[4; 32]);
     let meta = RequestMeta {
         request_id: RequestId::random(&mut rng),
@@ -39,7 +40,7 @@ fn main() -> ! {
         serial_id: 0,
         or_policy: false,
     };
-    let sealed = seal_envelope(&mut rng, &meta, &left, &right, &nodes, &orb, out);
+    let sealed = seal_envelope_v2(&mut rng, &meta, &left, &right, &nodes, &orb, out);
     core::hint::black_box(&out[..]);
     exit(sealed.is_ok())
 }

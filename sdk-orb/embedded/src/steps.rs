@@ -1,15 +1,18 @@
 //! The instructions and the stack of each step of `seal_envelope` on the fixture person:
 //! `step <name> instructions: N` and `step <name> stack bytes: N`, then the instructions' sum. Each step runs alone over the data the seal
-//! gives it, so the sum differs from the whole seal by the glue between the steps. Last, one
-//! X-Wing encapsulation, not part of this seal.
+//! gives it, so the sum differs from the whole seal by the glue between the steps. Last, each
+//! party's payload sealed as envelope version 2 seals it (X-Wing, key schedule, AEAD).
 
 use chacha20::cipher::{KeyIvInit as _, StreamCipher as _};
 use cortex_m_semihosting::hprintln;
 use poly1305::universal_hash::{KeyInit as _, UniversalHash as _};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
+use sdk_orb::envelope::v2::payload_len_v2;
 use sdk_orb::envelope::{envelope_len, payload_len, EnvelopeError};
+use sdk_orb::keys::{NodeHybridPublicKeys, NodeHybridSecretKey};
 use sdk_orb::ring::GaloisRingElement;
+use sdk_orb::shamir::seeded::seeded_party;
 use sdk_orb::steps;
 use sdk_orb::PartyId;
 
@@ -89,18 +92,31 @@ pub fn measure(buf: &mut Buffers) -> Check {
     core::hint::black_box(tag);
     hprintln!("step aead-party0-poly1305 instructions: {}", insns);
 
-    // Envelope version 2's KEM, apart from the total above: one X-Wing encapsulation
-    // (ML-KEM-768 and X25519), with the 64 bytes of randomness it draws given.
-    let dk = x_wing::DecapsulationKey::from([0x58; 32]);
-    let ek = x_wing::Decapsulator::encapsulation_key(&dk);
-    let randomness = core::hint::black_box([0x42u8; 64]).into();
-    let (ct, insns) = counter.count(|| ek.encapsulate_deterministic(&randomness));
-    core::hint::black_box(ct);
-    hprintln!("step xwing-encapsulation instructions: {}", insns);
-    hprintln!(
-        "step xwing-encapsulation stack bytes: {}",
-        counter.last_stack()
-    );
+    // Envelope version 2: each party's payload sealed by the seal's own function (the X-Wing
+    // encapsulation, the key schedule and the AEAD), apart from the total above. The seeded
+    // party's payload is the seed alone.
+    let nodes = NodeHybridPublicKeys(core::array::from_fn(|p| {
+        NodeHybridSecretKey::from_seed(&[0x58 + p as u8; 32]).public_key()
+    }));
+    let seeded = seeded_party(&s.request.request_id);
+    for party in PartyId::ALL {
+        let len = payload_len_v2(party, seeded);
+        let payload = &mut buf.envelope[..len];
+        let (sealed, insns) = counter
+            .count(|| steps::seal_payload_v2(&mut rng, &s.request, &nodes, &orb, party, payload));
+        sealed.map_err(seal_error)?;
+        hprintln!(
+            "step xwing-seal-party{} instructions: {} (payload {} bytes)",
+            party.get(),
+            insns,
+            len
+        );
+        hprintln!(
+            "step xwing-seal-party{} stack bytes: {}",
+            party.get(),
+            counter.last_stack()
+        );
+    }
     Ok(())
 }
 

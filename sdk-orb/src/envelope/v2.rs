@@ -24,6 +24,8 @@ pub use self::open::decode_payload_v2;
 pub use self::open::open_payload_v2;
 #[cfg(feature = "alloc")]
 pub use self::seal::seal_envelope_v2_to_vec;
+#[cfg(feature = "measure-steps")]
+pub(crate) use self::seal::seal_payload;
 pub use self::seal::{hazmat_seal_plaintexts_v2, seal_envelope_v2};
 
 /// The version number of these envelopes.

@@ -124,34 +124,61 @@ fn seal_and_sign_v2<R: RngCore + CryptoRng>(
     let seeded = seeded_party(&meta.request_id);
     for party in PartyId::ALL {
         let (start, len) = (layout.ct[party.index()], payload_len_v2(party, seeded));
-        let info = hpke_info_v2(party, &meta.request_id);
-        let sealed = hpke_pq::single_shot_seal_inout_detached_with_rng::<
-            ChaCha20Poly1305,
-            HkdfSha256,
-            HybridKem,
-        >(
-            &OpModeS::Base,
-            &nodes.0[party.index()].0,
-            &info,
-            InOutBuf::from(&mut out[start..start + len]),
+        let (encapped, tag) = match seal_payload(
+            rng,
+            meta,
+            nodes,
+            party,
             &header,
-            &mut PqRng(rng),
-        );
-        let (encapped, tag) = match sealed {
+            &mut out[start..start + len],
+        ) {
             Ok(sealed) => sealed,
-            Err(_) => {
+            Err(e) => {
                 // Leave no plaintext share behind in the caller's buffer.
                 out.zeroize();
-                return Err(EnvelopeError::Encryption);
+                return Err(e);
             }
         };
-        tag.write_exact(&mut out[start + len..start + len + TAG_BYTES]);
+        out[start + len..start + len + TAG_BYTES].copy_from_slice(&tag);
         let e = layout.enc[party.index()];
-        encapped.write_exact(&mut out[e..e + HYBRID_ENCAPSULATED_KEY_BYTES]);
+        out[e..e + HYBRID_ENCAPSULATED_KEY_BYTES].copy_from_slice(&encapped);
     }
     let ct = PartyId::ALL.map(|p| ciphertext_len_v2(p, seeded));
     sign_envelope(out, layout, &header, HYBRID_ENCAPSULATED_KEY_BYTES, ct, orb);
     Ok(())
+}
+
+/// Seals party `party`'s payload plaintext `payload` in place: the X-Wing encapsulation to its
+/// key, the HPKE key schedule and the AEAD under `header`. Returns the encapsulated key and the
+/// tag. The firmware image's step measurement calls this too, so it measures the seal's own
+/// code.
+pub(crate) fn seal_payload<R: RngCore + CryptoRng>(
+    rng: &mut R,
+    meta: &RequestMeta,
+    nodes: &NodeHybridPublicKeys,
+    party: PartyId,
+    header: &[u8],
+    payload: &mut [u8],
+) -> Result<([u8; HYBRID_ENCAPSULATED_KEY_BYTES], [u8; TAG_BYTES]), EnvelopeError> {
+    let info = hpke_info_v2(party, &meta.request_id);
+    let (encapped, tag) = hpke_pq::single_shot_seal_inout_detached_with_rng::<
+        ChaCha20Poly1305,
+        HkdfSha256,
+        HybridKem,
+    >(
+        &OpModeS::Base,
+        &nodes.0[party.index()].0,
+        &info,
+        InOutBuf::from(payload),
+        header,
+        &mut PqRng(rng),
+    )
+    .map_err(|_| EnvelopeError::Encryption)?;
+    let mut e = [0u8; HYBRID_ENCAPSULATED_KEY_BYTES];
+    encapped.write_exact(&mut e);
+    let mut t = [0u8; TAG_BYTES];
+    tag.write_exact(&mut t);
+    Ok((e, t))
 }
 
 /// Seals into a new vector; see [`seal_envelope_v2`].
