@@ -30,8 +30,9 @@ use process::{store_summary, submit_until_held, wait_drained, wait_ready, Node, 
 use prost::Message as _;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use sdk_orb::envelope::{seal_envelope_to_vec, RequestMeta};
-use sdk_orb::keys::{NodePublicKeys, OrbSigningKey};
+use sdk_orb::envelope::v2::seal_envelope_v2_to_vec;
+use sdk_orb::envelope::RequestMeta;
+use sdk_orb::keys::{NodeHybridPublicKeys, OrbSigningKey};
 use sdk_orb::{IrisTemplate, RequestId, RequestType};
 use shared_proto::v1::{NodeResult, ResultStatus};
 
@@ -82,16 +83,22 @@ fn sh(program: &str, args: &[&str]) -> Res {
     }
 }
 
+/// The second octet of this run's addresses, from its process id, so two runs on one machine
+/// (a soak and a test, say) do not take each other's addresses.
+fn subnet() -> u32 {
+    64 + std::process::id() % 128
+}
+
 fn host_ip(party: usize) -> String {
-    format!("10.77.{party}.1")
+    format!("10.{}.{party}.1", subnet())
 }
 
 fn node_ip(party: usize) -> String {
-    format!("10.77.{party}.2")
+    format!("10.{}.{party}.2", subnet())
 }
 
-/// Three namespaces, each with a veth pair to this one: 10.77.k.1 here, 10.77.k.2 in
-/// namespace k. Removed on drop (the veth pairs go with them).
+/// Three namespaces, each with a veth pair to this one: 10.S.k.1 here, 10.S.k.2 in namespace
+/// k (S from [`subnet`]). Removed on drop (the veth pairs go with them).
 struct Net {
     tag: String,
 }
@@ -352,7 +359,7 @@ fn write_config(
          [listen]\norb = \"{ip}:{ORB_PORT}\"\npeer = \"{ip}:{PEER_PORT}\"\nmetrics = \"{ip}:{METRICS_PORT}\"\n\
          [tls]\nca = \"{k}/ca.pem\"\ncert = \"{k}/party{party}/tls.pem\"\nkey = \"{k}/party{party}/tls.key.pem\"\n\
          gateways = [\"{k}/gateway0/tls.pem\"]\n\
-         [keys]\nhpke_secret = \"{k}/party{party}/hpke.key\"\nresult_signing = \"{k}/party{party}/result-signing.key\"\n\
+         [keys]\nhpke_secret = \"{k}/party{party}/hpke.key\"\nhpke_hybrid_secret = \"{k}/party{party}/hpke-hybrid.key\"\nresult_signing = \"{k}/party{party}/result-signing.key\"\n\
          orb_allow_list = \"{k}/orb-allow-list.txt\"\n\
          [batch]\ninterval_ms = 50\nrequest_timeout_ms = 300000\npeer_rpc_timeout_ms = 2000\ncommit_timeout_ms = 60000\n\
          [matching]\nround_timeout_ms = 15000\ncpu_tuning = false\n",
@@ -408,7 +415,7 @@ struct Cluster {
     nodes: Vec<Node>,
     clients: Vec<OrbClient>,
     orb: OrbSigningKey,
-    node_keys: NodePublicKeys,
+    node_keys: NodeHybridPublicKeys,
     rng: ChaCha20Rng,
     /// Highest resident memory seen per node, KiB.
     rss_peak: [u64; 3],
@@ -475,10 +482,10 @@ impl Cluster {
             )?);
         }
         let orb = OrbSigningKey::from_bytes(&*read_key32(&keys.orb_signing_key())?);
-        let bundle: [u8; 96] = std::fs::read(keys.public_keys())?
+        let bundle: [u8; NodeHybridPublicKeys::BYTES] = std::fs::read(keys.public_keys_v2())?
             .try_into()
             .map_err(|_| "public key bundle")?;
-        let node_keys = NodePublicKeys::from_bytes(&bundle).map_err(|_| "public key bundle")?;
+        let node_keys = NodeHybridPublicKeys::from_bytes(&bundle)?;
         Ok(Cluster {
             net,
             toxi,
@@ -540,7 +547,7 @@ impl Cluster {
             or_policy: false,
         };
         let (l, r) = &p.templates;
-        let env = seal_envelope_to_vec(&mut self.rng, &meta, l, r, &self.node_keys, &self.orb)?;
+        let env = seal_envelope_v2_to_vec(&mut self.rng, &meta, l, r, &self.node_keys, &self.orb)?;
         p.envelopes.push((meta.request_id.0, env.clone()));
         Ok((meta.request_id.0, env))
     }
