@@ -37,3 +37,4 @@ pub mod server;
 pub mod shares;
 pub mod store;
 pub mod tls;
+pub mod tls_provider;

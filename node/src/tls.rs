@@ -25,7 +25,6 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
@@ -66,6 +65,8 @@ pub enum TlsError {
     Verifier(String),
 }
 
+pub use crate::tls_provider::{provider, KeyExchange};
+
 /// ALPN protocol of the MPC links on the peer port (`crate::links`); gRPC there is `h2`.
 pub const MPC_ALPN: &[u8] = b"ocelli-mpc/1";
 
@@ -74,41 +75,6 @@ pub fn mpc_client_config(peer_client: &ClientConfig) -> Arc<ClientConfig> {
     let mut c = peer_client.clone();
     c.alpn_protocols = vec![MPC_ALPN.to_vec()];
     Arc::new(c)
-}
-
-/// The key exchange groups a TLS config offers (a client) or accepts (a server).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyExchange {
-    /// X25519MLKEM768 first, then ring's classical groups (X25519, P-256, P-384).
-    HybridPreferred,
-    /// X25519MLKEM768 alone: a handshake without it fails.
-    HybridOnly,
-}
-
-impl KeyExchange {
-    /// [`KeyExchange::HybridOnly`] when `require`d, else [`KeyExchange::HybridPreferred`].
-    pub fn required(require: bool) -> Self {
-        if require {
-            Self::HybridOnly
-        } else {
-            Self::HybridPreferred
-        }
-    }
-}
-
-/// The provider of every TLS config of the node: ring's signatures, cipher suites and
-/// certificate verification, and the key exchange groups of `kx`, X25519MLKEM768 taken from
-/// aws-lc-rs (ring has no ML-KEM).
-pub fn provider(kx: KeyExchange) -> Arc<CryptoProvider> {
-    let ring = rustls::crypto::ring::default_provider();
-    let hybrid = rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768;
-    let kx_groups = match kx {
-        KeyExchange::HybridOnly => vec![hybrid],
-        KeyExchange::HybridPreferred => std::iter::once(hybrid)
-            .chain(ring.kx_groups.iter().copied())
-            .collect(),
-    };
-    Arc::new(CryptoProvider { kx_groups, ..ring })
 }
 
 /// Reads all certificates of a PEM file.

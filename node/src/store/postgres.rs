@@ -283,11 +283,11 @@ pub fn check_plaintext_is_local(url: &str) -> Result<(), PgTlsError> {
     Ok(())
 }
 
-/// The TLS connector for `tls`: TLS 1.3 only, the node's provider (crate::tls), offering
+/// The TLS connector for `tls`: TLS 1.3 only, the node's provider (crate::tls_provider), offering
 /// X25519MLKEM768 first and X25519 to a server without it.
 fn tls_connector(ca: &Path) -> Result<MakeRustlsConnect, PgTlsError> {
-    let config = rustls::ClientConfig::builder_with_provider(crate::tls::provider(
-        crate::tls::KeyExchange::HybridPreferred,
+    let config = rustls::ClientConfig::builder_with_provider(crate::tls_provider::provider(
+        crate::tls_provider::KeyExchange::HybridPreferred,
     ))
     .with_protocol_versions(&[&rustls::version::TLS13])?
     .with_root_certificates(load_ca(ca)?)
