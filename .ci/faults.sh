@@ -49,6 +49,6 @@ export OCELLI_FAULTS="$length" OCELLI_TOXIPROXY_SERVER="$tools/toxiproxy-server"
 if [ "$length" = soak ]; then
   cargo test --release --workspace --locked --test faults bounded_soak -- --nocapture
 else
-  # --workspace: the features of the README's test command, so CI builds nothing again.
+  # The same package selection as .ci/run's PostgreSQL step, whose build this reuses.
   cargo test --workspace --locked --test faults fault_scenarios -- --nocapture
 fi
