@@ -184,20 +184,6 @@ fn no_hybrid_key() -> Rejection {
     )
 }
 
-/// Serialises opened shares into the stored layout.
-fn to_stored(p: &sdk_orb::PartyShares) -> StoredShares {
-    use crate::shares::{CODE_BYTES, MASK_BYTES};
-    StoredShares::build(|buf| {
-        let (lc, rest) = buf.split_at_mut(CODE_BYTES);
-        let (lm, rest) = rest.split_at_mut(MASK_BYTES);
-        let (rc, rm) = rest.split_at_mut(CODE_BYTES);
-        p.left.code.write_le_bytes(lc);
-        p.left.mask.write_le_bytes(lm);
-        p.right.code.write_le_bytes(rc);
-        p.right.mask.write_le_bytes(rm);
-    })
-}
-
 /// Intake settings and keys of one node.
 pub struct IntakePolicy {
     party: PartyId,
@@ -379,7 +365,7 @@ impl IntakePolicy {
             Err(e) => return Err(Rejection::new(RejectReason::Internal, e.to_string())),
         }
         let payload = open(view).map_err(from_sdk)?;
-        let shares = to_stored(&payload);
+        let shares = StoredShares::from_party_shares(&payload);
         Ok(Accepted {
             id,
             digest: EnvelopeDigest(digest.0),
@@ -400,7 +386,7 @@ impl IntakePolicy {
             let hybrid = self.hybrid.as_ref().ok_or_else(no_hybrid_key)?;
             let view = EnvelopeView::parse_v2(bytes).map_err(from_sdk)?;
             let payload = open_payload_v2(&view, self.party, hybrid).map_err(from_sdk)?;
-            return Ok(to_stored(&payload));
+            return Ok(StoredShares::from_party_shares(&payload));
         }
         let view = EnvelopeView::parse(bytes).map_err(from_sdk)?;
         let payload = match (
@@ -413,7 +399,7 @@ impl IntakePolicy {
             }
             (Err(e), None) => return Err(from_sdk(e)),
         };
-        Ok(to_stored(&payload))
+        Ok(StoredShares::from_party_shares(&payload))
     }
 
     /// Sets the envelope versions accepted: version 2 with the X-Wing key of `hybrid_seed`
