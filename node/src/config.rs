@@ -65,6 +65,9 @@ pub struct NodeConfig {
     /// Liveness and readiness bounds, peer probing.
     #[serde(default)]
     pub health: HealthConfig,
+    /// Distance statistics: histograms computed in MPC, opened as noisy counts per period.
+    #[serde(default)]
+    pub stats: StatsConfig,
 }
 
 /// When `/livez` calls the batch loop stuck, and how often peers are probed for `/readyz`.
@@ -399,6 +402,94 @@ impl Default for MatchingConfig {
             round_timeout_ms: 120_000,
             mirror_detection: true,
             lookback: 0,
+        }
+    }
+}
+
+/// Distance statistics (docs/operations.md, "Distance statistics"); identical on the three
+/// nodes. Each batch the nodes count, in MPC, the fractional Hamming distances of a jointly
+/// sampled set of (request, enrolled person) pairs and of the pairs that matched into
+/// buckets; the counts accumulate as shares and are opened once per period with noise that
+/// makes the histogram (epsilon, delta)-differentially private for any one template.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatsConfig {
+    /// Compute and open the statistics.
+    pub enabled: bool,
+    /// Impostor pairs sampled per batch (a uniform sample of request x enrolled person).
+    pub sample_pairs: usize,
+    /// Bucket edges on the fractional Hamming distance, increasing, in [0, 0.5]; the
+    /// matching threshold must be one of them. A count per edge interval, and one for
+    /// distances at or above the last edge.
+    pub edges: Vec<f64>,
+    /// A period ends after at least this many batches ...
+    pub period_batches: u64,
+    /// ... and at least this many seconds since it began, whichever is later ...
+    pub period_s: u64,
+    /// ... and once it holds at least this many sampled pairs.
+    pub min_pairs: u64,
+    /// Privacy budget of one opened period: epsilon.
+    pub epsilon: f64,
+    /// Privacy budget of one opened period: delta.
+    pub delta: f64,
+}
+
+impl StatsConfig {
+    /// Edges 0.0 to 0.5 in steps of 0.025 (the default threshold, 0.345, is not on that
+    /// grid, so it is added).
+    pub fn default_edges(threshold: f64) -> Vec<f64> {
+        let mut edges: Vec<f64> = (0..=20).map(|i| f64::from(i) * 0.025).collect();
+        if !edges.iter().any(|e| (e - threshold).abs() < 1e-9) {
+            edges.push(threshold);
+            edges.sort_by(f64::total_cmp);
+        }
+        edges
+    }
+
+    fn check(&self, threshold: f64) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.edges.len() < 2 {
+            return bad("stats.edges must hold at least two edges");
+        }
+        if self.edges.iter().any(|e| !(0.0..=0.5).contains(e)) {
+            return bad("stats.edges must lie in [0, 0.5]");
+        }
+        if self.edges.windows(2).any(|w| w[0] >= w[1]) {
+            return bad("stats.edges must increase");
+        }
+        if !self.edges.iter().any(|e| (e - threshold).abs() < 1e-9) {
+            return bad("stats.edges must include matching.threshold");
+        }
+        if self.sample_pairs == 0 {
+            return bad("stats.sample_pairs must be at least 1 (or stats.enabled = false)");
+        }
+        if self.period_batches == 0 {
+            return bad("stats.period_batches must be at least 1");
+        }
+        if !(self.epsilon > 0.0 && self.epsilon.is_finite()) {
+            return bad("stats.epsilon must be positive");
+        }
+        if !(self.delta > 0.0 && self.delta < 1.0) {
+            return bad("stats.delta must lie in (0, 1)");
+        }
+        Ok(())
+    }
+}
+
+impl Default for StatsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sample_pairs: 256,
+            edges: Self::default_edges(sdk_orb::plaintext::DEFAULT_THRESHOLD),
+            period_batches: 100,
+            period_s: 3600,
+            min_pairs: 10_000,
+            epsilon: 1.0,
+            delta: 1e-6,
         }
     }
 }
@@ -791,6 +882,7 @@ impl NodeConfig {
         if !(10..=60_000).contains(&health.peer_probe_interval_ms) {
             return bad("health.peer_probe_interval_ms must lie in [10, 60000]");
         }
+        self.stats.check(self.matching.threshold)?;
         Ok(())
     }
 

@@ -422,6 +422,7 @@ pub fn sample_node_config(party: PartyId, base: u16) -> crate::config::NodeConfi
         store: Default::default(),
         connections: Default::default(),
         health: Default::default(),
+        stats: Default::default(),
     }
 }
 

@@ -35,6 +35,7 @@ pub mod queue;
 pub mod recovery;
 pub mod server;
 pub mod shares;
+pub mod stats;
 pub mod store;
 pub mod tls;
 pub mod tls_provider;
