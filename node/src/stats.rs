@@ -15,9 +15,12 @@ pub enum Population {
     /// A uniform sample of (request, enrolled person) pairs, chosen jointly: strangers,
     /// almost always.
     Impostor,
-    /// Pairs that matched, and re-authentications against the person they name: re-captures
-    /// of one person.
+    /// Pairs that matched: re-captures of one person, censored at the threshold (a genuine
+    /// pair above it did not match and is not counted here).
     Genuine,
+    /// Re-authentications against the person they name: re-captures of one person counted
+    /// whatever their distance, so the false non-match rate is read from them.
+    Reauthentication,
 }
 
 /// Which comparison of a pair a histogram counts.
@@ -75,6 +78,8 @@ pub struct OpenedHistograms {
     pub impostor_pairs: u64,
     /// Genuine pairs counted (exact: which pairs matched is opened by the decisions).
     pub genuine_pairs: u64,
+    /// Re-authentication pairs counted (exact: request types are public).
+    pub reauthentication_pairs: u64,
     /// The histograms.
     pub histograms: Vec<Histogram>,
 }
