@@ -8,6 +8,7 @@
 #   .ci/faults.sh full   # every scenario at full length (about five minutes)
 #   .ci/faults.sh soak   # the bounded soak, release build: 30 minutes against 10,000 people
 #
+# OCELLI_FAULTS_TEST_BIN=<path> runs that test executable instead of building one.
 # OCELLI_FAULTS_ONLY=<text> runs only the scenarios whose name contains it. The soak reads
 # OCELLI_SOAK_MINUTES (30), OCELLI_SOAK_PEOPLE (10000), OCELLI_SOAK_RATE (requests per second,
 # 1) and writes its CSV and SVG to OCELLI_SOAK_OUT (target/soak).
@@ -48,7 +49,9 @@ fi
 export OCELLI_FAULTS="$length" OCELLI_TOXIPROXY_SERVER="$tools/toxiproxy-server"
 if [ "$length" = soak ]; then
   cargo test --release --workspace --locked --test faults bounded_soak -- --nocapture
+elif [ -n "${OCELLI_FAULTS_TEST_BIN:-}" ]; then
+  # .ci/run names the executable its tests step built (.ci/test-bin), so nothing is rebuilt.
+  (cd node && "$OCELLI_FAULTS_TEST_BIN" fault_scenarios --nocapture)
 else
-  # The same package selection as .ci/run's PostgreSQL step, whose build this reuses.
   cargo test --workspace --locked --test faults fault_scenarios -- --nocapture
 fi

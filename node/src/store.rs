@@ -340,9 +340,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Backend failure, or the error `f` returned.
     fn for_each_share_bytes(&self, f: &mut ShareVisitor<'_>) -> Result<(), StoreError>;
 
-    /// The enrolled serial ids in order, where the backend reads them apart from the shares
-    /// (an index scan); `None` where reading them costs as much as the shares. With them the
-    /// start-up load reads the shares in serial ranges on several connections at once
+    /// The enrolled serial ids in order, where the backend knows them without reading the
+    /// shares (an index scan, or a table whose ids are one dense range); `None` where reading
+    /// them costs as much as the shares. With them the start-up load reads the shares in
+    /// serial ranges on several threads (and connections) at once
     /// ([`Store::for_each_share_bytes_in`]).
     ///
     /// # Errors

@@ -356,6 +356,23 @@ impl Store for RedbStore {
         self.for_each_share_bytes_in(0..=u64::MAX, f)
     }
 
+    /// The ids when they are one dense range (serial ids are handed out in order, so they
+    /// are unless entries were removed): the first, the last and the count tell it without
+    /// reading an entry. Read transactions are independent, so the ranges load in parallel.
+    fn share_serials(&self) -> Result<Option<Vec<u64>>, StoreError> {
+        let txn = self.read()?;
+        let t = txn.open_table(SHARES).map_err(be)?;
+        let len = t.len().map_err(be)?;
+        let (Some(first), Some(last)) = (t.first().map_err(be)?, t.last().map_err(be)?) else {
+            return Ok(Some(Vec::new()));
+        };
+        let (first, last) = (first.0.value(), last.0.value());
+        Ok(
+            (last.checked_sub(first) == Some(len.wrapping_sub(1)))
+                .then(|| (first..=last).collect()),
+        )
+    }
+
     fn for_each_share_bytes_in(
         &self,
         serials: std::ops::RangeInclusive<u64>,
