@@ -124,7 +124,7 @@ impl Builder {
     }
 }
 
-fn offset_of(outer: &[u8], inner: &[u8]) -> usize {
+pub(crate) fn offset_of(outer: &[u8], inner: &[u8]) -> usize {
     inner.as_ptr() as usize - outer.as_ptr() as usize
 }
 
@@ -449,7 +449,7 @@ impl crate::Spec for Spec {
 }
 
 /// The value of the varint at the start of `b` and its length.
-fn varint(b: &[u8]) -> Option<(u64, usize)> {
+pub(crate) fn varint(b: &[u8]) -> Option<(u64, usize)> {
     let mut v = 0u64;
     for (i, &x) in b.iter().enumerate().take(10) {
         v |= u64::from(x & 0x7f) << (7 * i);
@@ -461,7 +461,7 @@ fn varint(b: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// Where the varint starting at `at` ends.
-fn varint_end(b: &[u8], at: usize) -> Option<usize> {
+pub(crate) fn varint_end(b: &[u8], at: usize) -> Option<usize> {
     varint(b.get(at..)?).map(|(_, n)| at + n)
 }
 
