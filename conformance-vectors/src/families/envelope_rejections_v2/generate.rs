@@ -1,0 +1,552 @@
+//! The generator: the base envelope and each defect made from it.
+
+use ed25519_dalek::Signer;
+use rand_core::RngCore;
+use sha2::{Digest as _, Sha256};
+
+use sdk_orb::envelope::v2::{
+    hazmat_seal_plaintexts_v2, open_payload_v2, seal_envelope_v2_to_vec, MAX_ENVELOPE_LEN_V2,
+};
+use sdk_orb::envelope::{EnvelopeView, MAX_ENVELOPE_LEN, V2};
+use sdk_orb::keys::OrbSigningKey;
+use sdk_orb::shamir::seeded::seeded_party;
+use sdk_orb::{PartyId, RequestId, RequestType};
+
+use super::super::envelope_rejections::{offset_of, varint};
+use super::super::envelope_sealing_v2::{request_for, HybridKeys};
+use super::super::payload_rejections_v2::seeded;
+use super::{accepted_everywhere, intake, opened_sha256, stages, Case, NodeVersions};
+use crate::common::{random_template, rng, seed};
+use crate::envelope::{diff, eye, payload, Outcome, Pb};
+use crate::format::{expect_bytes, expect_eq, Flag, Hex, Vector};
+
+pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
+    let keys = HybridKeys::derive("envelope_rejections_v2");
+    let (secret, public, orb) = keys.parse()?;
+    let orb_seed = keys.orb_secret_key.array::<32>("orb_secret_key")?;
+    let request = request_for(
+        "envelope_rejections_v2",
+        PartyId::ALL[2],
+        RequestType::Uniqueness,
+        0,
+        false,
+    );
+    let meta = request.meta()?;
+    let rid = meta.request_id.0;
+    let (l, r) = (
+        random_template("envelope_rejections_v2/left", 0.15),
+        random_template("envelope_rejections_v2/right", 0.15),
+    );
+    let rng_seed = seed("envelope_rejections_v2/seal");
+    let base = seal_envelope_v2_to_vec(&mut rng(&rng_seed), &meta, &l, &r, &public, &orb)
+        .map_err(|e| e.to_string())?;
+    let view = EnvelopeView::parse_v2(&base).map_err(|e| e.to_string())?;
+    expect_eq("seeded party", &view.seeded_party(), &PartyId::ALL[2])?;
+    accepted_everywhere(&base, &keys).map_err(|e| format!("base: {e}"))?;
+
+    // The plaintexts again, for payload defects: the two share payloads re-encoded from
+    // the opened shares, the seed from the RNG stream; sealing them with the stream after
+    // the seed gives the base back.
+    let mut stream = rng(&rng_seed);
+    let mut share_seed = [0u8; 32];
+    stream.fill_bytes(&mut share_seed);
+    let mut plaintexts = Vec::new();
+    for p in PartyId::ALL {
+        let s = open_payload_v2(&view, p, &secret[p.index()]).map_err(|e| e.to_string())?;
+        let le = |v: &[u16]| v.iter().flat_map(|c| c.to_le_bytes()).collect::<Vec<u8>>();
+        let eye_of =
+            |e: &sdk_orb::shamir::EyeShares| eye(Some(&le(&e.code.0)), Some(&le(&e.mask.0)));
+        plaintexts.push(if p == PartyId::ALL[2] {
+            seeded(2, &rid, None, Some(&share_seed))
+        } else {
+            payload(
+                2,
+                u64::from(p.get()),
+                &rid,
+                Some(&eye_of(&s.left)),
+                Some(&eye_of(&s.right)),
+            )
+        });
+    }
+    let seal = |seeded_pt: &[u8]| -> Result<Vec<u8>, String> {
+        let mut after_seed = stream.clone();
+        let mut out = vec![0u8; base.len()];
+        let n = hazmat_seal_plaintexts_v2(
+            &mut after_seed,
+            &meta,
+            [&plaintexts[0], &plaintexts[1], seeded_pt],
+            &public,
+            &orb,
+            &mut out,
+        )
+        .map_err(|e| e.to_string())?;
+        out.truncate(n);
+        Ok(out)
+    };
+    expect_bytes("hazmat reseal of the base", &seal(&plaintexts[2])?, &base)?;
+
+    let mut b = Builder {
+        keys: keys.clone(),
+        orb: orb_seed,
+        base: base.clone(),
+        out: vec![(
+            "the base: a uniqueness request every party opens, party 2 seeded".to_string(),
+            vec![Flag::Synthetic],
+            Case::Base {
+                request,
+                keys: keys.clone(),
+                envelope: Hex(base.clone()),
+                opened_sha256: opened_sha256(&base, &keys)?,
+            },
+        )],
+    };
+    let bad = [Flag::Invalid, Flag::Tampered];
+    let signed = [Flag::Invalid, Flag::Tampered, Flag::ValidSignature];
+    let sealed = [Flag::HazmatSealed, Flag::Invalid, Flag::ValidSignature];
+    use NodeVersions::{Both, V1Only, V2Only};
+    let n = base.len();
+    let top = fields(&base)?;
+    let slots: Vec<&Field> = top.iter().filter(|f| f.number == 8).collect();
+    let enc_at = |p: usize| offset_of(&base, view.payload(PartyId::ALL[p]).encapsulated_key);
+    let ct_at = |p: usize| offset_of(&base, view.payload(PartyId::ALL[p]).ciphertext);
+
+    // The version setting and size.
+    b.reject(
+        "a node without an X-Wing key refuses version 2",
+        &[Flag::Invalid],
+        &base,
+        0,
+        V1Only,
+    )?;
+    expect_eq("version field", &base[..2], &[0x08, 0x02][..])?;
+    let v1 = b.patched(1, |v| *v = 1);
+    b.reject(
+        "version 1 in the version field, the node refusing version 1",
+        &bad,
+        &v1,
+        0,
+        V2Only,
+    )?;
+    b.reject(
+        "version 1 in the version field, the node accepting version 1",
+        &bad,
+        &v1,
+        0,
+        Both,
+    )?;
+    b.reject("version 3", &bad, &b.patched(1, |v| *v = 3), 0, Both)?;
+    let mut big = base.clone();
+    big.resize(MAX_ENVELOPE_LEN_V2 + 1, 0);
+    b.reject(
+        "longer than the largest version 2 envelope",
+        &bad,
+        &big,
+        0,
+        Both,
+    )?;
+    let mut huge = base.clone();
+    huge.resize(MAX_ENVELOPE_LEN + 1, 0);
+    b.reject(
+        "longer than the node's limit, the largest version 1 envelope",
+        &bad,
+        &huge,
+        0,
+        Both,
+    )?;
+
+    // Truncations at each field boundary.
+    b.reject("empty", &bad, &[], 0, Both)?;
+    let mut slot = 0;
+    for f in &top {
+        if f.end == n {
+            continue;
+        }
+        let name = field_name(f.number, slot);
+        slot += usize::from(f.number == 8);
+        b.reject(
+            &format!("cut after the {name} field"),
+            &bad,
+            &base[..f.end],
+            0,
+            Both,
+        )?;
+    }
+    b.reject(
+        "cut inside party 0's encapsulated key",
+        &bad,
+        &base[..enc_at(0) + 560],
+        0,
+        Both,
+    )?;
+    b.reject(
+        "cut inside party 1's ciphertext",
+        &bad,
+        &base[..ct_at(1) + 1000],
+        1,
+        Both,
+    )?;
+    b.reject("cut by one byte", &bad, &base[..n - 1], 0, Both)?;
+
+    // The X-Wing encapsulated key: its length, and decapsulations that fail.
+    let slot2 = slots[2];
+    let p2 = view.payload(PartyId::ALL[2]);
+    let inner = |enc: &[u8], ct: &[u8]| {
+        let mut pb = Pb::default();
+        pb.uint(1, 2).bytes(2, enc).bytes(3, ct);
+        pb.0
+    };
+    expect_bytes(
+        "party 2's payload re-encoded",
+        &replace(&base, slot2, 8, &inner(p2.encapsulated_key, p2.ciphertext)),
+        &base,
+    )?;
+    b.reject(
+        "party 2's encapsulated key one byte short",
+        &bad,
+        &replace(
+            &base,
+            slot2,
+            8,
+            &inner(&p2.encapsulated_key[..1119], p2.ciphertext),
+        ),
+        2,
+        Both,
+    )?;
+    b.reject(
+        "party 2's encapsulated key of version 1's length (32 bytes)",
+        &bad,
+        &replace(
+            &base,
+            slot2,
+            8,
+            &inner(&p2.encapsulated_key[1088..], p2.ciphertext),
+        ),
+        2,
+        Both,
+    )?;
+    let e0 = enc_at(0);
+    b.reject(
+        "a flipped bit in party 0's ML-KEM ciphertext (re-signed)",
+        &signed,
+        &b.resigned(b.patched(e0 + 100, |v| *v ^= 0x01))?,
+        0,
+        Both,
+    )?;
+    let mut zero_x = base.clone();
+    zero_x[e0 + 1088..e0 + 1120].fill(0);
+    b.reject(
+        "party 0's X25519 ciphertext all zero (re-signed)",
+        &signed,
+        &b.resigned(zero_x)?,
+        0,
+        Both,
+    )?;
+    let e1 = enc_at(1);
+    let mut swapped_enc = base.clone();
+    swapped_enc.copy_within(e1..e1 + 1120, e0);
+    swapped_enc[e1..e1 + 1120].copy_from_slice(&base[e0..e0 + 1120]);
+    b.reject(
+        "the encapsulated keys of parties 0 and 1 swapped (re-signed)",
+        &signed,
+        &b.resigned(swapped_enc)?,
+        0,
+        Both,
+    )?;
+
+    // The seeded party's short payload.
+    let mut long_ct = p2.ciphertext.to_vec();
+    long_ct.push(0);
+    b.reject(
+        "the seeded party's ciphertext one byte long",
+        &bad,
+        &replace(&base, slot2, 8, &inner(p2.encapsulated_key, &long_ct)),
+        2,
+        Both,
+    )?;
+    let mut other_rid = RequestId(rid);
+    other_rid.0[15] = other_rid.0[15].wrapping_add(1);
+    expect_eq(
+        "seeded party of the changed request id",
+        &seeded_party(&other_rid),
+        &PartyId::ALL[0],
+    )?;
+    expect_eq("request id field", &base[2..4], &[0x12, 0x10][..])?;
+    b.reject(
+        "a request id whose seeded party is 0: the ciphertext lengths no longer fit",
+        &bad,
+        &b.patched(4 + 15, |v| *v = other_rid.0[15]),
+        0,
+        Both,
+    )?;
+    let c2 = ct_at(2);
+    let flipped_seed = b.patched(c2 + 40, |v| *v ^= 0x04);
+    b.reject(
+        "a flipped bit in the seed's ciphertext",
+        &bad,
+        &flipped_seed,
+        2,
+        Both,
+    )?;
+    b.reject(
+        "a flipped bit in the seed's ciphertext (re-signed)",
+        &signed,
+        &b.resigned(flipped_seed)?,
+        2,
+        Both,
+    )?;
+    let seed_len = plaintexts[2].len();
+    let mut in_eye = Pb::default();
+    in_eye
+        .uint(1, 2)
+        .uint(2, 2)
+        .bytes(3, &rid)
+        .bytes(4, &share_seed);
+    let mut v1_seed = plaintexts[2].clone();
+    expect_eq("payload version field", &v1_seed[..2], &[0x08, 0x02][..])?;
+    v1_seed[1] = 1;
+    for (comment, pt) in [
+        (
+            "the seeded payload names party 1",
+            seeded(1, &rid, None, Some(&share_seed)),
+        ),
+        (
+            "the seeded payload names another request id",
+            seeded(2, &[0x55; 16], None, Some(&share_seed)),
+        ),
+        ("the seeded payload has version 1", v1_seed),
+        ("the seed in field 4, a share payload's left eye", in_eye.0),
+    ] {
+        expect_eq(comment, &pt.len(), &seed_len)?;
+        b.reject(comment, &sealed, &seal(&pt)?, 2, Both)?;
+    }
+
+    // Signatures over other digests, and the header they cover.
+    b.reject(
+        "a flipped signature bit (the payload still opens)",
+        &bad,
+        &b.patched(n - 1, |v| *v ^= 1),
+        0,
+        Both,
+    )?;
+    let v1_digest = digest_with_header(&view, &meta.header(&view.orb_key()));
+    b.reject(
+        "signed over the digest with version 1's header",
+        &bad,
+        &b.signed(base.clone(), &v1_digest),
+        0,
+        Both,
+    )?;
+    expect_eq("timestamp field", &base[22], &0x20)?;
+    let later = b.patched(23, |v| *v ^= 1);
+    b.reject(
+        "timestamp changed by one millisecond",
+        &bad,
+        &later,
+        1,
+        Both,
+    )?;
+    b.reject(
+        "timestamp changed by one millisecond (re-signed: the header is the HPKE AAD)",
+        &signed,
+        &b.resigned(later)?,
+        1,
+        Both,
+    )?;
+    let orb_at = top
+        .iter()
+        .find(|f| f.number == 7)
+        .ok_or("orb key field")?
+        .content;
+    let other_seed = seed("envelope_rejections_v2/other_orb");
+    let other = OrbSigningKey::from_bytes(&other_seed);
+    let mut other_orb = base.clone();
+    other_orb[orb_at..orb_at + 32].copy_from_slice(&other.verifying_key().to_bytes());
+    let digest = EnvelopeView::parse_v2(&other_orb)
+        .map_err(|e| e.to_string())?
+        .digest();
+    let key = ed25519_dalek::SigningKey::from_bytes(&other_seed);
+    let n_other = other_orb.len();
+    other_orb[n_other - 64..].copy_from_slice(&key.sign(&digest.0).to_bytes());
+    b.reject(
+        "another orb's key, signed by that orb",
+        &signed,
+        &other_orb,
+        0,
+        Both,
+    )?;
+
+    // Party slots.
+    expect_eq(
+        "party 2 field",
+        &base[slot2.content..slot2.content + 2],
+        &[0x08, 0x02][..],
+    )?;
+    b.reject(
+        "party 2's slot labelled party 1",
+        &bad,
+        &b.patched(slot2.content + 1, |v| *v = 1),
+        0,
+        Both,
+    )?;
+    let (s1, s2) = (slots[1], slots[2]);
+    let mut swapped = base[..s1.start].to_vec();
+    swapped.extend_from_slice(&base[s2.start..s2.end]);
+    swapped.extend_from_slice(&base[s1.start..s1.end]);
+    swapped.extend_from_slice(&base[s2.end..]);
+    b.reject(
+        "the payloads of parties 1 and 2 in swapped slots",
+        &bad,
+        &swapped,
+        1,
+        Both,
+    )?;
+    Ok(Vector::numbered(b.out))
+}
+
+/// A top-level protobuf field: where its tag, its content and the field end.
+struct Field {
+    number: u64,
+    start: usize,
+    content: usize,
+    end: usize,
+}
+
+/// The fields of `b` (varint and length-delimited only).
+fn fields(b: &[u8]) -> Result<Vec<Field>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < b.len() {
+        let (tag, n) = varint(&b[at..]).ok_or("tag")?;
+        let content = at + n;
+        let (content, end) = match tag & 7 {
+            0 => (content, content + varint(&b[content..]).ok_or("varint")?.1),
+            2 => {
+                let (len, m) = varint(&b[content..]).ok_or("length")?;
+                (content + m, content + m + len as usize)
+            }
+            t => return Err(format!("wire type {t}")),
+        };
+        out.push(Field {
+            number: tag >> 3,
+            start: at,
+            content,
+            end,
+        });
+        at = end;
+    }
+    Ok(out)
+}
+
+/// `b` with the field `f` replaced by the length-delimited field `number` holding `content`.
+fn replace(b: &[u8], f: &Field, number: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = b[..f.start].to_vec();
+    out.extend_from_slice(&Pb::default().bytes(number, content).0);
+    out.extend_from_slice(&b[f.end..]);
+    out
+}
+
+/// The digest formula over a parsed version 2 envelope with another header.
+fn digest_with_header(view: &EnvelopeView<'_, V2>, header: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(header);
+    for p in PartyId::ALL {
+        let s = view.payload(p);
+        h.update([p.get()]);
+        h.update(s.encapsulated_key);
+        h.update((s.ciphertext.len() as u32).to_be_bytes());
+        h.update(s.ciphertext);
+    }
+    h.finalize().into()
+}
+
+struct Builder {
+    keys: HybridKeys,
+    orb: [u8; 32],
+    base: Vec<u8>,
+    out: Vec<(String, Vec<Flag>, Case)>,
+}
+
+impl Builder {
+    fn reject(
+        &mut self,
+        comment: &str,
+        flags: &[Flag],
+        bytes: &[u8],
+        p: u8,
+        node: NodeVersions,
+    ) -> Result<(), String> {
+        let (parse, signature, open) = stages(bytes, p, &self.keys)?;
+        let intake = intake(bytes, p, node, &self.keys)?;
+        if intake == "accept" {
+            return Err(format!("{comment}: the node accepts it"));
+        }
+        if flags.contains(&Flag::ValidSignature) && signature != Some(Outcome::Accept) {
+            return Err(format!("{comment}: the signature does not verify"));
+        }
+        let (length, mut patches) = diff(&self.base, bytes);
+        // Resizing zero-extends: trailing zeros past the base need no patch.
+        if let Some(tail) = patches.last_mut().filter(|t| t.offset == self.base.len()) {
+            let nonzero = tail
+                .bytes
+                .0
+                .iter()
+                .rposition(|&x| x != 0)
+                .map_or(0, |i| i + 1);
+            tail.bytes.0.truncate(nonzero);
+        }
+        patches.retain(|t| !t.bytes.0.is_empty());
+        self.out.push((
+            comment.to_string(),
+            flags.to_vec(),
+            Case::Reject {
+                base: 1,
+                length,
+                patches,
+                party: p,
+                node,
+                parse,
+                signature,
+                open,
+                intake,
+            },
+        ));
+        Ok(())
+    }
+
+    fn patched(&self, at: usize, f: impl FnOnce(&mut u8)) -> Vec<u8> {
+        let mut b = self.base.clone();
+        f(&mut b[at]);
+        b
+    }
+
+    /// `bytes` with the signature replaced by the orb's over `digest`.
+    fn signed(&self, mut bytes: Vec<u8>, digest: &[u8]) -> Vec<u8> {
+        let key = ed25519_dalek::SigningKey::from_bytes(&self.orb);
+        let n = bytes.len();
+        bytes[n - 64..].copy_from_slice(&key.sign(digest).to_bytes());
+        bytes
+    }
+
+    /// `bytes` signed again over their own digest.
+    fn resigned(&self, bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+        let digest = EnvelopeView::parse_v2(&bytes)
+            .map_err(|e| e.to_string())?
+            .digest();
+        Ok(self.signed(bytes, &digest.0))
+    }
+}
+
+/// The name of a top-level envelope field.
+fn field_name(number: u64, slot: usize) -> String {
+    match number {
+        1 => "version".to_string(),
+        2 => "request_id".to_string(),
+        3 => "request_type".to_string(),
+        4 => "timestamp_ms".to_string(),
+        5 => "serial_id".to_string(),
+        6 => "or_policy".to_string(),
+        7 => "orb_key".to_string(),
+        8 => format!("payload of party {slot}"),
+        _ => "signature".to_string(),
+    }
+}
