@@ -13,7 +13,9 @@ use sdk_orb::shamir::{CodeShare, MaskShare, PartyShares};
 use sdk_orb::{PartyId, RequestType};
 
 use crate::common::{party, random_template, rng, seed};
-use crate::envelope::{apply, diff, eye, payload, request, Keys, Outcome, Patch, Request};
+use crate::envelope::{
+    apply, check_bases, diff, eye, patched, payload, request, Keys, Outcome, Patch, Request,
+};
 use crate::format::{expect_eq, Flag, Hex, Vector};
 use crate::{Family, Sources};
 
@@ -118,9 +120,7 @@ impl Builder {
     }
 
     fn patched(&self, at: usize, f: impl FnOnce(&mut u8)) -> Vec<u8> {
-        let mut b = self.base.clone();
-        f(&mut b[at]);
-        b
+        patched(&self.base, at, f)
     }
 }
 
@@ -394,12 +394,14 @@ impl crate::Spec for Spec {
     }
 
     fn check_file(vectors: &[Vector<Case>]) -> Result<(), String> {
-        for v in vectors {
-            if let Case::Reject { base, .. } = &v.case {
-                base_of(vectors, *base).map_err(|e| format!("vector {}: {e}", v.id))?;
-            }
-        }
-        Ok(())
+        check_bases(
+            vectors,
+            |c| match c {
+                Case::Reject { base, .. } => Some(*base),
+                Case::Base { .. } => None,
+            },
+            |c| matches!(c, Case::Base { .. }),
+        )
     }
 
     fn verify(vector: &Vector<Case>, all: &[Vector<Case>]) -> Result<(), String> {

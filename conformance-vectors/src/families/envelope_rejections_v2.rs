@@ -16,7 +16,7 @@ use sdk_orb::PartyId;
 
 use super::envelope_sealing_v2::HybridKeys;
 use crate::common::party;
-use crate::envelope::{apply, Outcome, Patch, Request};
+use crate::envelope::{apply, check_bases, Outcome, Patch, Request};
 use crate::format::{expect_eq, Flag, Hex, Vector};
 use crate::{Family, Sources};
 
@@ -215,12 +215,14 @@ impl crate::Spec for Spec {
     }
 
     fn check_file(vectors: &[Vector<Case>]) -> Result<(), String> {
-        for v in vectors {
-            if let Case::Reject { base, .. } = &v.case {
-                base_of(vectors, *base).map_err(|e| format!("vector {}: {e}", v.id))?;
-            }
-        }
-        Ok(())
+        check_bases(
+            vectors,
+            |c| match c {
+                Case::Reject { base, .. } => Some(*base),
+                Case::Base { .. } => None,
+            },
+            |c| matches!(c, Case::Base { .. }),
+        )
     }
 
     fn verify(vector: &Vector<Case>, all: &[Vector<Case>]) -> Result<(), String> {

@@ -17,7 +17,7 @@ use super::super::envelope_sealing_v2::{request_for, HybridKeys};
 use super::super::payload_rejections_v2::seeded;
 use super::{accepted_everywhere, intake, opened_sha256, stages, Case, NodeVersions};
 use crate::common::{random_template, rng, seed};
-use crate::envelope::{diff, eye, payload, Outcome, Pb};
+use crate::envelope::{diff, eye, patched, payload, Outcome, Pb};
 use crate::format::{expect_bytes, expect_eq, Flag, Hex, Vector};
 
 pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
@@ -514,9 +514,7 @@ impl Builder {
     }
 
     fn patched(&self, at: usize, f: impl FnOnce(&mut u8)) -> Vec<u8> {
-        let mut b = self.base.clone();
-        f(&mut b[at]);
-        b
+        patched(&self.base, at, f)
     }
 
     /// `bytes` with the signature replaced by the orb's over `digest`.
