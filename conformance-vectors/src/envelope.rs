@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use sdk_orb::envelope::{EnvelopeError, EnvelopeView, RequestMeta, HEADER_BYTES};
+use sdk_orb::envelope::{EnvelopeError, EnvelopeView, RequestMeta, Version};
 use sdk_orb::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey, KEY_BYTES};
 use sdk_orb::{RequestId, RequestType, PARTIES};
 
@@ -324,7 +324,11 @@ impl Outcome {
 /// The envelope digest recomputed from its definition, independently of the SDK:
 /// `SHA-256(header || for p in 0, 1, 2: [p] || enc_p || u32be(len ct_p) || ct_p)`.
 pub fn digest_from_definition(view: &EnvelopeView<'_>) -> [u8; 32] {
-    let header: [u8; HEADER_BYTES] = view.meta().header(&view.orb_key());
+    digest_with_header(view, &view.meta().header(&view.orb_key()))
+}
+
+/// The digest formula over the payloads of an envelope of any version, with `header`.
+pub fn digest_with_header<V: Version>(view: &EnvelopeView<'_, V>, header: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(header);
     for party in sdk_orb::PartyId::ALL {

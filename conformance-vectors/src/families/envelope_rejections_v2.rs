@@ -5,6 +5,7 @@
 //! short payload move only the bytes after it.
 
 mod generate;
+mod parts;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};

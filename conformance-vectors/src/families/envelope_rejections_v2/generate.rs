@@ -2,22 +2,22 @@
 
 use ed25519_dalek::Signer;
 use rand_core::RngCore;
-use sha2::{Digest as _, Sha256};
 
 use sdk_orb::envelope::v2::{
     hazmat_seal_plaintexts_v2, open_payload_v2, seal_envelope_v2_to_vec, MAX_ENVELOPE_LEN_V2,
 };
-use sdk_orb::envelope::{EnvelopeView, MAX_ENVELOPE_LEN, V2};
+use sdk_orb::envelope::{EnvelopeView, RequestMeta, MAX_ENVELOPE_LEN};
 use sdk_orb::keys::OrbSigningKey;
 use sdk_orb::shamir::seeded::seeded_party;
-use sdk_orb::{PartyId, RequestId, RequestType};
+use sdk_orb::{PartyId, RequestType};
 
-use super::super::envelope_rejections::{offset_of, varint};
 use super::super::envelope_sealing_v2::{request_for, HybridKeys};
 use super::super::payload_rejections_v2::seeded;
-use super::{accepted_everywhere, intake, opened_sha256, stages, Case, NodeVersions};
+use super::parts::{field_name, Parts};
+use super::NodeVersions::{self, Both, V1Only, V2Only};
+use super::{accepted_everywhere, intake, opened_sha256, stages, Case};
 use crate::common::{random_template, rng, seed};
-use crate::envelope::{diff, eye, patched, payload, Outcome, Pb};
+use crate::envelope::{diff, digest_with_header, eye, patched, payload, Outcome, Pb};
 use crate::format::{expect_bytes, expect_eq, Flag, Hex, Vector};
 
 pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
@@ -100,21 +100,24 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
             },
         )],
     };
-    let bad = [Flag::Invalid, Flag::Tampered];
-    let signed = [Flag::Invalid, Flag::Tampered, Flag::ValidSignature];
-    let sealed = [Flag::HazmatSealed, Flag::Invalid, Flag::ValidSignature];
-    use NodeVersions::{Both, V1Only, V2Only};
-    let n = base.len();
-    let top = fields(&base)?;
-    let slots: Vec<&Field> = top.iter().filter(|f| f.number == 8).collect();
-    let enc_at = |p: usize| offset_of(&base, view.payload(PartyId::ALL[p]).encapsulated_key);
-    let ct_at = |p: usize| offset_of(&base, view.payload(PartyId::ALL[p]).ciphertext);
+    let x = Parts::of(&base)?;
+    versions_and_sizes(&mut b, &x)?;
+    truncations(&mut b, &x)?;
+    encapsulated_keys(&mut b, &x)?;
+    seeded_payload(&mut b, &x)?;
+    seeded_plaintexts(&mut b, &rid, &share_seed, &plaintexts[2], seal)?;
+    signatures(&mut b, &x, &meta)?;
+    slots(&mut b, &x)?;
+    Ok(Vector::numbered(b.out))
+}
 
-    // The version setting and size.
+/// The version settings and sizes.
+fn versions_and_sizes(b: &mut Builder, x: &Parts<'_>) -> Result<(), String> {
+    let base = x.base;
     b.reject(
         "a node without an X-Wing key refuses version 2",
         &[Flag::Invalid],
-        &base,
+        base,
         0,
         V1Only,
     )?;
@@ -122,50 +125,55 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
     let v1 = b.patched(1, |v| *v = 1);
     b.reject(
         "version 1 in the version field, the node refusing version 1",
-        &bad,
+        &BAD,
         &v1,
         0,
         V2Only,
     )?;
     b.reject(
         "version 1 in the version field, the node accepting version 1",
-        &bad,
+        &BAD,
         &v1,
         0,
         Both,
     )?;
-    b.reject("version 3", &bad, &b.patched(1, |v| *v = 3), 0, Both)?;
-    let mut big = base.clone();
+    b.reject("version 3", &BAD, &b.patched(1, |v| *v = 3), 0, Both)?;
+    let mut big = base.to_vec();
     big.resize(MAX_ENVELOPE_LEN_V2 + 1, 0);
     b.reject(
         "longer than the largest version 2 envelope",
-        &bad,
+        &BAD,
         &big,
         0,
         Both,
     )?;
-    let mut huge = base.clone();
+    let mut huge = base.to_vec();
     huge.resize(MAX_ENVELOPE_LEN + 1, 0);
     b.reject(
         "longer than the node's limit, the largest version 1 envelope",
-        &bad,
+        &BAD,
         &huge,
         0,
         Both,
     )?;
 
-    // Truncations at each field boundary.
-    b.reject("empty", &bad, &[], 0, Both)?;
+    Ok(())
+}
+
+/// Cuts at each field boundary and inside the long fields.
+fn truncations(b: &mut Builder, x: &Parts<'_>) -> Result<(), String> {
+    let base = x.base;
+    b.reject("empty", &BAD, &[], 0, Both)?;
     let mut slot = 0;
-    for f in &top {
-        if f.end == n {
+    for f in &x.top {
+        if f.end == base.len() {
             continue;
         }
         let name = field_name(f.number, slot);
         slot += usize::from(f.number == 8);
         b.reject(
             &format!("cut after the {name} field"),
-            &bad,
+            &BAD,
             &base[..f.end],
             0,
             Both,
@@ -173,97 +181,92 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
     }
     b.reject(
         "cut inside party 0's encapsulated key",
-        &bad,
-        &base[..enc_at(0) + 560],
+        &BAD,
+        &base[..x.enc_at(0) + 560],
         0,
         Both,
     )?;
     b.reject(
         "cut inside party 1's ciphertext",
-        &bad,
-        &base[..ct_at(1) + 1000],
+        &BAD,
+        &base[..x.ct_at(1) + 1000],
         1,
         Both,
     )?;
-    b.reject("cut by one byte", &bad, &base[..n - 1], 0, Both)?;
+    b.reject("cut by one byte", &BAD, &base[..base.len() - 1], 0, Both)?;
 
-    // The X-Wing encapsulated key: its length, and decapsulations that fail.
-    let slot2 = slots[2];
-    let p2 = view.payload(PartyId::ALL[2]);
-    let inner = |enc: &[u8], ct: &[u8]| {
-        let mut pb = Pb::default();
-        pb.uint(1, 2).bytes(2, enc).bytes(3, ct);
-        pb.0
-    };
+    Ok(())
+}
+
+/// The X-Wing encapsulated key: its length, and decapsulations that fail.
+fn encapsulated_keys(b: &mut Builder, x: &Parts<'_>) -> Result<(), String> {
+    let base = x.base;
+    let p2 = x.view.payload(PartyId::ALL[2]);
     expect_bytes(
         "party 2's payload re-encoded",
-        &replace(&base, slot2, 8, &inner(p2.encapsulated_key, p2.ciphertext)),
-        &base,
+        &x.with_payload2(p2.encapsulated_key, p2.ciphertext),
+        base,
     )?;
     b.reject(
         "party 2's encapsulated key one byte short",
-        &bad,
-        &replace(
-            &base,
-            slot2,
-            8,
-            &inner(&p2.encapsulated_key[..1119], p2.ciphertext),
-        ),
+        &BAD,
+        &x.with_payload2(&p2.encapsulated_key[..1119], p2.ciphertext),
         2,
         Both,
     )?;
     b.reject(
         "party 2's encapsulated key of version 1's length (32 bytes)",
-        &bad,
-        &replace(
-            &base,
-            slot2,
-            8,
-            &inner(&p2.encapsulated_key[1088..], p2.ciphertext),
-        ),
+        &BAD,
+        &x.with_payload2(&p2.encapsulated_key[1088..], p2.ciphertext),
         2,
         Both,
     )?;
-    let e0 = enc_at(0);
+    let e0 = x.enc_at(0);
     b.reject(
         "a flipped bit in party 0's ML-KEM ciphertext (re-signed)",
-        &signed,
+        &SIGNED,
         &b.resigned(b.patched(e0 + 100, |v| *v ^= 0x01))?,
         0,
         Both,
     )?;
-    let mut zero_x = base.clone();
+    let mut zero_x = base.to_vec();
     zero_x[e0 + 1088..e0 + 1120].fill(0);
     b.reject(
         "party 0's X25519 ciphertext all zero (re-signed)",
-        &signed,
+        &SIGNED,
         &b.resigned(zero_x)?,
         0,
         Both,
     )?;
-    let e1 = enc_at(1);
-    let mut swapped_enc = base.clone();
+    let e1 = x.enc_at(1);
+    let mut swapped_enc = base.to_vec();
     swapped_enc.copy_within(e1..e1 + 1120, e0);
     swapped_enc[e1..e1 + 1120].copy_from_slice(&base[e0..e0 + 1120]);
     b.reject(
         "the encapsulated keys of parties 0 and 1 swapped (re-signed)",
-        &signed,
+        &SIGNED,
         &b.resigned(swapped_enc)?,
         0,
         Both,
     )?;
 
-    // The seeded party's short payload.
+    Ok(())
+}
+
+/// The seeded party's short payload: its length, its ciphertext.
+fn seeded_payload(b: &mut Builder, x: &Parts<'_>) -> Result<(), String> {
+    let base = x.base;
+    let p2 = x.view.payload(PartyId::ALL[2]);
     let mut long_ct = p2.ciphertext.to_vec();
     long_ct.push(0);
     b.reject(
         "the seeded party's ciphertext one byte long",
-        &bad,
-        &replace(&base, slot2, 8, &inner(p2.encapsulated_key, &long_ct)),
+        &BAD,
+        &x.with_payload2(p2.encapsulated_key, &long_ct),
         2,
         Both,
     )?;
-    let mut other_rid = RequestId(rid);
+    let mut other_rid = x.view.request_id();
     other_rid.0[15] = other_rid.0[15].wrapping_add(1);
     expect_eq(
         "seeded party of the changed request id",
@@ -273,66 +276,82 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
     expect_eq("request id field", &base[2..4], &[0x12, 0x10][..])?;
     b.reject(
         "a request id whose seeded party is 0: the ciphertext lengths no longer fit",
-        &bad,
+        &BAD,
         &b.patched(4 + 15, |v| *v = other_rid.0[15]),
         0,
         Both,
     )?;
-    let c2 = ct_at(2);
+    let c2 = x.ct_at(2);
     let flipped_seed = b.patched(c2 + 40, |v| *v ^= 0x04);
     b.reject(
         "a flipped bit in the seed's ciphertext",
-        &bad,
+        &BAD,
         &flipped_seed,
         2,
         Both,
     )?;
     b.reject(
         "a flipped bit in the seed's ciphertext (re-signed)",
-        &signed,
+        &SIGNED,
         &b.resigned(flipped_seed)?,
         2,
         Both,
     )?;
-    let seed_len = plaintexts[2].len();
+    Ok(())
+}
+
+/// Seeded payloads with one defect each, sealed with the base's stream.
+fn seeded_plaintexts(
+    b: &mut Builder,
+    rid: &[u8; 16],
+    share_seed: &[u8; 32],
+    good: &[u8],
+    seal: impl Fn(&[u8]) -> Result<Vec<u8>, String>,
+) -> Result<(), String> {
+    let seed_len = good.len();
     let mut in_eye = Pb::default();
     in_eye
         .uint(1, 2)
         .uint(2, 2)
-        .bytes(3, &rid)
-        .bytes(4, &share_seed);
-    let mut v1_seed = plaintexts[2].clone();
+        .bytes(3, rid)
+        .bytes(4, share_seed);
+    let mut v1_seed = good.to_vec();
     expect_eq("payload version field", &v1_seed[..2], &[0x08, 0x02][..])?;
     v1_seed[1] = 1;
     for (comment, pt) in [
         (
             "the seeded payload names party 1",
-            seeded(1, &rid, None, Some(&share_seed)),
+            seeded(1, rid, None, Some(share_seed)),
         ),
         (
             "the seeded payload names another request id",
-            seeded(2, &[0x55; 16], None, Some(&share_seed)),
+            seeded(2, &[0x55; 16], None, Some(share_seed)),
         ),
         ("the seeded payload has version 1", v1_seed),
         ("the seed in field 4, a share payload's left eye", in_eye.0),
     ] {
         expect_eq(comment, &pt.len(), &seed_len)?;
-        b.reject(comment, &sealed, &seal(&pt)?, 2, Both)?;
+        b.reject(comment, &SEALED, &seal(&pt)?, 2, Both)?;
     }
 
-    // Signatures over other digests, and the header they cover.
+    Ok(())
+}
+
+/// Signatures over other digests, and the header they cover.
+fn signatures(b: &mut Builder, x: &Parts<'_>, meta: &RequestMeta) -> Result<(), String> {
+    let base = x.base;
     b.reject(
         "a flipped signature bit (the payload still opens)",
-        &bad,
-        &b.patched(n - 1, |v| *v ^= 1),
+        &BAD,
+        &b.patched(base.len() - 1, |v| *v ^= 1),
         0,
         Both,
     )?;
-    let v1_digest = digest_with_header(&view, &meta.header(&view.orb_key()));
+    let v1_digest = digest_with_header(&x.view, &meta.header(&x.view.orb_key()));
     b.reject(
         "signed over the digest with version 1's header",
-        &bad,
-        &b.signed(base.clone(), &v1_digest),
+        &BAD,
+        &b.signed(base.to_vec(), &v1_digest),
         0,
         Both,
     )?;
@@ -340,26 +359,27 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
     let later = b.patched(23, |v| *v ^= 1);
     b.reject(
         "timestamp changed by one millisecond",
-        &bad,
+        &BAD,
         &later,
         1,
         Both,
     )?;
     b.reject(
         "timestamp changed by one millisecond (re-signed: the header is the HPKE AAD)",
-        &signed,
+        &SIGNED,
         &b.resigned(later)?,
         1,
         Both,
     )?;
-    let orb_at = top
+    let orb_at = x
+        .top
         .iter()
         .find(|f| f.number == 7)
         .ok_or("orb key field")?
         .content;
     let other_seed = seed("envelope_rejections_v2/other_orb");
     let other = OrbSigningKey::from_bytes(&other_seed);
-    let mut other_orb = base.clone();
+    let mut other_orb = base.to_vec();
     other_orb[orb_at..orb_at + 32].copy_from_slice(&other.verifying_key().to_bytes());
     let digest = EnvelopeView::parse_v2(&other_orb)
         .map_err(|e| e.to_string())?
@@ -369,13 +389,19 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
     other_orb[n_other - 64..].copy_from_slice(&key.sign(&digest.0).to_bytes());
     b.reject(
         "another orb's key, signed by that orb",
-        &signed,
+        &SIGNED,
         &other_orb,
         0,
         Both,
     )?;
 
-    // Party slots.
+    Ok(())
+}
+
+/// Party slots out of place.
+fn slots(b: &mut Builder, x: &Parts<'_>) -> Result<(), String> {
+    let base = x.base;
+    let slot2 = x.slot(2);
     expect_eq(
         "party 2 field",
         &base[slot2.content..slot2.content + 2],
@@ -383,81 +409,29 @@ pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
     )?;
     b.reject(
         "party 2's slot labelled party 1",
-        &bad,
+        &BAD,
         &b.patched(slot2.content + 1, |v| *v = 1),
         0,
         Both,
     )?;
-    let (s1, s2) = (slots[1], slots[2]);
+    let (s1, s2) = (x.slot(1), x.slot(2));
     let mut swapped = base[..s1.start].to_vec();
     swapped.extend_from_slice(&base[s2.start..s2.end]);
     swapped.extend_from_slice(&base[s1.start..s1.end]);
     swapped.extend_from_slice(&base[s2.end..]);
     b.reject(
         "the payloads of parties 1 and 2 in swapped slots",
-        &bad,
+        &BAD,
         &swapped,
         1,
         Both,
     )?;
-    Ok(Vector::numbered(b.out))
+    Ok(())
 }
 
-/// A top-level protobuf field: where its tag, its content and the field end.
-struct Field {
-    number: u64,
-    start: usize,
-    content: usize,
-    end: usize,
-}
-
-/// The fields of `b` (varint and length-delimited only).
-fn fields(b: &[u8]) -> Result<Vec<Field>, String> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < b.len() {
-        let (tag, n) = varint(&b[at..]).ok_or("tag")?;
-        let content = at + n;
-        let (content, end) = match tag & 7 {
-            0 => (content, content + varint(&b[content..]).ok_or("varint")?.1),
-            2 => {
-                let (len, m) = varint(&b[content..]).ok_or("length")?;
-                (content + m, content + m + len as usize)
-            }
-            t => return Err(format!("wire type {t}")),
-        };
-        out.push(Field {
-            number: tag >> 3,
-            start: at,
-            content,
-            end,
-        });
-        at = end;
-    }
-    Ok(out)
-}
-
-/// `b` with the field `f` replaced by the length-delimited field `number` holding `content`.
-fn replace(b: &[u8], f: &Field, number: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = b[..f.start].to_vec();
-    out.extend_from_slice(&Pb::default().bytes(number, content).0);
-    out.extend_from_slice(&b[f.end..]);
-    out
-}
-
-/// The digest formula over a parsed version 2 envelope with another header.
-fn digest_with_header(view: &EnvelopeView<'_, V2>, header: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(header);
-    for p in PartyId::ALL {
-        let s = view.payload(p);
-        h.update([p.get()]);
-        h.update(s.encapsulated_key);
-        h.update((s.ciphertext.len() as u32).to_be_bytes());
-        h.update(s.ciphertext);
-    }
-    h.finalize().into()
-}
+const BAD: [Flag; 2] = [Flag::Invalid, Flag::Tampered];
+const SIGNED: [Flag; 3] = [Flag::Invalid, Flag::Tampered, Flag::ValidSignature];
+const SEALED: [Flag; 3] = [Flag::HazmatSealed, Flag::Invalid, Flag::ValidSignature];
 
 struct Builder {
     keys: HybridKeys,
@@ -531,20 +505,5 @@ impl Builder {
             .map_err(|e| e.to_string())?
             .digest();
         Ok(self.signed(bytes, &digest.0))
-    }
-}
-
-/// The name of a top-level envelope field.
-fn field_name(number: u64, slot: usize) -> String {
-    match number {
-        1 => "version".to_string(),
-        2 => "request_id".to_string(),
-        3 => "request_type".to_string(),
-        4 => "timestamp_ms".to_string(),
-        5 => "serial_id".to_string(),
-        6 => "or_policy".to_string(),
-        7 => "orb_key".to_string(),
-        8 => format!("payload of party {slot}"),
-        _ => "signature".to_string(),
     }
 }
