@@ -4,12 +4,12 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use sdk_orb::envelope::{EnvelopeError, EnvelopeView, RequestMeta, HEADER_BYTES};
+use sdk_orb::envelope::{EnvelopeError, EnvelopeView, RequestMeta, Version};
 use sdk_orb::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey, KEY_BYTES};
 use sdk_orb::{RequestId, RequestType, PARTIES};
 
 use crate::common::seed;
-use crate::format::{expect_eq, Hex};
+use crate::format::{expect_eq, Hex, Vector};
 
 /// A request as it appears in vectors.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -324,7 +324,11 @@ impl Outcome {
 /// The envelope digest recomputed from its definition, independently of the SDK:
 /// `SHA-256(header || for p in 0, 1, 2: [p] || enc_p || u32be(len ct_p) || ct_p)`.
 pub fn digest_from_definition(view: &EnvelopeView<'_>) -> [u8; 32] {
-    let header: [u8; HEADER_BYTES] = view.meta().header(&view.orb_key());
+    digest_with_header(view, &view.meta().header(&view.orb_key()))
+}
+
+/// The digest formula over the payloads of an envelope of any version, with `header`.
+pub fn digest_with_header<V: Version>(view: &EnvelopeView<'_, V>, header: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(header);
     for party in sdk_orb::PartyId::ALL {
@@ -463,4 +467,35 @@ pub fn apply(base: &[u8], length: usize, patches: &[Patch]) -> Result<Vec<u8>, S
         out[p.offset..end].copy_from_slice(&p.bytes.0);
     }
     Ok(out)
+}
+
+/// `base` with the byte at `at` changed by `f`.
+pub fn patched(base: &[u8], at: usize, f: impl FnOnce(&mut u8)) -> Vec<u8> {
+    let mut b = base.to_vec();
+    f(&mut b[at]);
+    b
+}
+
+/// Checks each vector's reference to a base vector: `base_id` gives it where a case has one,
+/// and `is_base` must hold for the case it names.
+///
+/// # Errors
+/// The first reference to a vector that is missing or not a base.
+pub fn check_bases<C>(
+    vectors: &[Vector<C>],
+    base_id: impl Fn(&C) -> Option<u32>,
+    is_base: impl Fn(&C) -> bool,
+) -> Result<(), String> {
+    for v in vectors {
+        if let Some(id) = base_id(&v.case) {
+            let named = vectors.get((id as usize).wrapping_sub(1));
+            if !named.is_some_and(|b| is_base(&b.case)) {
+                return Err(format!(
+                    "vector {}: base {id} is not a base vector of this file",
+                    v.id
+                ));
+            }
+        }
+    }
+    Ok(())
 }

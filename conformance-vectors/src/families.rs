@@ -4,6 +4,7 @@ pub mod comparison;
 pub mod dot_shares;
 pub mod envelope_header;
 pub mod envelope_rejections;
+pub mod envelope_rejections_v2;
 pub mod envelope_sealing;
 pub mod envelope_sealing_v2;
 pub mod layout;

@@ -69,6 +69,8 @@ pub enum Family {
     EnvelopeSealingV2,
     /// Envelopes nodes must reject, with the exact error at each stage.
     EnvelopeRejections,
+    /// Version 2 envelopes nodes must reject, with the exact error at each stage and at intake.
+    EnvelopeRejectionsV2,
     /// Decrypted payloads nodes must reject, with the exact error.
     PayloadRejections,
     /// Decrypted version 2 payloads nodes must reject, with the exact error.
@@ -82,7 +84,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in file order.
-    pub const ALL: [Family; 17] = [
+    pub const ALL: [Family; 18] = [
         Family::TemplateCodec,
         Family::MaskedBitvectors,
         Family::Rotations,
@@ -96,6 +98,7 @@ impl Family {
         Family::EnvelopeSealing,
         Family::EnvelopeSealingV2,
         Family::EnvelopeRejections,
+        Family::EnvelopeRejectionsV2,
         Family::PayloadRejections,
         Family::PayloadRejectionsV2,
         Family::Comparison,
@@ -118,6 +121,7 @@ impl Family {
             Family::EnvelopeSealing => "envelope_sealing",
             Family::EnvelopeSealingV2 => "envelope_sealing_v2",
             Family::EnvelopeRejections => "envelope_rejections",
+            Family::EnvelopeRejectionsV2 => "envelope_rejections_v2",
             Family::PayloadRejections => "payload_rejections",
             Family::PayloadRejectionsV2 => "payload_rejections_v2",
             Family::Comparison => "comparison",
@@ -348,6 +352,7 @@ macro_rules! dispatch {
             Family::EnvelopeSealing => $f::<families::envelope_sealing::Spec>($($arg),*),
             Family::EnvelopeSealingV2 => $f::<families::envelope_sealing_v2::Spec>($($arg),*),
             Family::EnvelopeRejections => $f::<families::envelope_rejections::Spec>($($arg),*),
+            Family::EnvelopeRejectionsV2 => $f::<families::envelope_rejections_v2::Spec>($($arg),*),
             Family::PayloadRejections => $f::<families::payload_rejections::Spec>($($arg),*),
             Family::PayloadRejectionsV2 => $f::<families::payload_rejections_v2::Spec>($($arg),*),
             Family::Comparison => $f::<families::comparison::Spec>($($arg),*),

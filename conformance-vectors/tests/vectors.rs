@@ -106,6 +106,29 @@ fn a_changed_expected_value_fails_its_family() {
     assert_eq!(report.failures.len(), 1);
     assert_eq!(report.failures[0].0, 2);
 
+    // The reason a node's intake gives for a version 2 envelope, and a stage's error.
+    for (id, field, wrong) in [
+        (3, "intake", serde_json::json!("unsupported_version")),
+        (
+            3,
+            "parse",
+            serde_json::json!({"reject": {"unsupported_version": {"version": 2}}}),
+        ),
+        (22, "open", serde_json::json!({"reject": "signature"})),
+    ] {
+        let changed = edit(Family::EnvelopeRejectionsV2, |v| {
+            v["vectors"][id - 1]["case"]["reject"][field] = wrong;
+        });
+        let report = verify_text(Family::EnvelopeRejectionsV2, &changed).expect("loads");
+        assert_eq!(report.failures.len(), 1, "{field}");
+        assert_eq!(report.failures[0].0, id as u32, "{field}");
+        assert!(
+            report.failures[0].1.starts_with(field),
+            "{:?}",
+            report.failures
+        );
+    }
+
     // One byte of a sealed envelope.
     let changed = edit(Family::EnvelopeSealing, |v| {
         let e = &mut v["vectors"][0]["case"]["seal"]["envelope"];

@@ -44,7 +44,7 @@ pub fn rotate_coefs<T: Copy>(src: &[T], k: i32, dst: &mut [T]) {
 pub fn rotate_elements<T: Copy>(src: &[T], elements: usize, k: i32, dst: &mut [T]) {
     let width = elements * 4;
     assert_eq!(src.len(), dst.len());
-    assert!(width > 0 && src.len() % width == 0, "whole cycles");
+    assert!(width > 0 && src.len().is_multiple_of(width), "whole cycles");
     let shift = (k.rem_euclid(elements as i32) as usize) * 4;
     for (s, d) in src.chunks_exact(width).zip(dst.chunks_exact_mut(width)) {
         d[shift..].copy_from_slice(&s[..width - shift]);

@@ -373,7 +373,9 @@ pub fn reconstruct(
     out: &mut [u16],
 ) {
     assert_ne!(p, q);
-    assert!(share_p.len() == out.len() && share_q.len() == out.len() && out.len() % 4 == 0);
+    assert!(
+        share_p.len() == out.len() && share_q.len() == out.len() && out.len().is_multiple_of(4)
+    );
     let mu_p = lagrange_coefficient(p, q, GaloisRingElement::ZERO);
     let mu_q = lagrange_coefficient(q, p, GaloisRingElement::ZERO);
     for ((o, sp), sq) in out

@@ -26,6 +26,7 @@ FAMILIES = (
     "envelope_sealing",
     "envelope_sealing_v2",
     "envelope_rejections",
+    "envelope_rejections_v2",
     "payload_rejections",
     "payload_rejections_v2",
     "comparison",

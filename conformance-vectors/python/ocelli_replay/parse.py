@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from ocelli_replay import envelope as env
 
@@ -119,7 +119,9 @@ class Envelope:
         return env.header(self.request, self.orb_key)
 
 
-def parse_sealed(data: bytes, position: int) -> Sealed:
+def parse_sealed(data: bytes, position: int, enc_len: int = 32, ct_len: Optional[int] = None) -> Sealed:
+    """One sealed payload; version 2 passes its encapsulated key and ciphertext lengths."""
+    expected = CIPHERTEXT_LEN[position] if ct_len is None else ct_len
     party, enc, ct = 0, None, None
     for number, v in Reader(data, 3).fields():
         if number == 1:
@@ -127,7 +129,7 @@ def parse_sealed(data: bytes, position: int) -> Sealed:
             if party == 0:
                 raise malformed("explicit zero party_id")
         elif number == 2:
-            enc = fixed(v, "encapsulated_key", 32)
+            enc = fixed(v, "encapsulated_key", enc_len)
         else:
             ct = blob(v)
     if party != position:
@@ -136,17 +138,27 @@ def parse_sealed(data: bytes, position: int) -> Sealed:
         raise missing("encapsulated_key")
     if ct is None:
         raise missing("ciphertext")
-    if len(ct) != CIPHERTEXT_LEN[position]:
-        raise length("ciphertext", CIPHERTEXT_LEN[position], len(ct))
+    if len(ct) != expected:
+        raise length("ciphertext", expected, len(ct))
     return Sealed(enc, ct)
 
 
 TYPE_NAMES = {v: k for k, v in env.REQUEST_TYPES.items()}
 
 
-def parse_envelope(data: bytes) -> Envelope:
-    if len(data) > MAX_ENVELOPE_LEN:
-        raise length("envelope", MAX_ENVELOPE_LEN, len(data))
+class Rules:
+    """What the parser expects of one envelope version."""
+
+    def __init__(self, version: int, max_len: int, enc_len: int, ct_len: Callable[[int, bytes], int]) -> None:
+        self.version, self.max_len, self.enc_len, self.ct_len = version, max_len, enc_len, ct_len
+
+
+V1 = Rules(env.ENVELOPE_VERSION, MAX_ENVELOPE_LEN, 32, lambda p, _rid: CIPHERTEXT_LEN[p])
+
+
+def parse_envelope(data: bytes, rules: Rules = V1) -> Envelope:
+    if len(data) > rules.max_len:
+        raise length("envelope", rules.max_len, len(data))
     version = request_id = request_type = orb_key = signature = None
     timestamp = serial = 0
     or_policy = False
@@ -155,7 +167,7 @@ def parse_envelope(data: bytes) -> Envelope:
         if number == 1:
             version = varint(v)
             # The version decides every length after it: checked as soon as it is read.
-            if version != env.ENVELOPE_VERSION:
+            if version != rules.version:
                 raise Rejected("unsupported_version", {"version": version})
         elif number == 2:
             request_id = fixed(v, "request_id", 16)
@@ -179,12 +191,14 @@ def parse_envelope(data: bytes) -> Envelope:
         elif number == 8:
             if len(payloads) == 3:
                 raise Rejected("payload_parties")
-            payloads.append(parse_sealed(blob(v), len(payloads)))
+            # The request id comes first; an absent one counts as 16 zero bytes.
+            p = len(payloads)
+            payloads.append(parse_sealed(blob(v), p, rules.enc_len, rules.ct_len(p, request_id or bytes(16))))
         else:
             signature = fixed(v, "signature", 64)
     if version is None:
         raise missing("version")
-    if version != env.ENVELOPE_VERSION:
+    if version != rules.version:
         raise Rejected("unsupported_version", {"version": version})
     if request_id is None:
         raise missing("request_id")

@@ -42,6 +42,10 @@ EDITS: Dict[str, List[Tuple[str, int, str]]] = {
     "envelope_sealing": [("signature", 9, "signature")],
     "envelope_sealing_v2": [("share_seed", 5, "share_seed")],
     "envelope_rejections": [("envelope", 2000, "party 0")],
+    "envelope_rejections_v2": [
+        ("opened_sha256", 5, "opened_sha256[0]"),
+        ("text:\"intake\": \"version1_refused\"|\"intake\": \"bad_length\"", 0, "intake"),
+    ],
     "payload_rejections": [("payload#2", 3, "error")],
     "payload_rejections_v2": [("payload#1", 3, "error")],
     "comparison": [("prf_seeds", 1, "parties[0].cross")],

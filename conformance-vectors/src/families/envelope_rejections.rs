@@ -13,7 +13,9 @@ use sdk_orb::shamir::{CodeShare, MaskShare, PartyShares};
 use sdk_orb::{PartyId, RequestType};
 
 use crate::common::{party, random_template, rng, seed};
-use crate::envelope::{apply, diff, eye, payload, request, Keys, Outcome, Patch, Request};
+use crate::envelope::{
+    apply, check_bases, diff, eye, patched, payload, request, Keys, Outcome, Patch, Request,
+};
 use crate::format::{expect_eq, Flag, Hex, Vector};
 use crate::{Family, Sources};
 
@@ -118,13 +120,11 @@ impl Builder {
     }
 
     fn patched(&self, at: usize, f: impl FnOnce(&mut u8)) -> Vec<u8> {
-        let mut b = self.base.clone();
-        f(&mut b[at]);
-        b
+        patched(&self.base, at, f)
     }
 }
 
-fn offset_of(outer: &[u8], inner: &[u8]) -> usize {
+pub(crate) fn offset_of(outer: &[u8], inner: &[u8]) -> usize {
     inner.as_ptr() as usize - outer.as_ptr() as usize
 }
 
@@ -394,12 +394,14 @@ impl crate::Spec for Spec {
     }
 
     fn check_file(vectors: &[Vector<Case>]) -> Result<(), String> {
-        for v in vectors {
-            if let Case::Reject { base, .. } = &v.case {
-                base_of(vectors, *base).map_err(|e| format!("vector {}: {e}", v.id))?;
-            }
-        }
-        Ok(())
+        check_bases(
+            vectors,
+            |c| match c {
+                Case::Reject { base, .. } => Some(*base),
+                Case::Base { .. } => None,
+            },
+            |c| matches!(c, Case::Base { .. }),
+        )
     }
 
     fn verify(vector: &Vector<Case>, all: &[Vector<Case>]) -> Result<(), String> {
@@ -449,7 +451,7 @@ impl crate::Spec for Spec {
 }
 
 /// The value of the varint at the start of `b` and its length.
-fn varint(b: &[u8]) -> Option<(u64, usize)> {
+pub(crate) fn varint(b: &[u8]) -> Option<(u64, usize)> {
     let mut v = 0u64;
     for (i, &x) in b.iter().enumerate().take(10) {
         v |= u64::from(x & 0x7f) << (7 * i);
@@ -461,7 +463,7 @@ fn varint(b: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// Where the varint starting at `at` ends.
-fn varint_end(b: &[u8], at: usize) -> Option<usize> {
+pub(crate) fn varint_end(b: &[u8], at: usize) -> Option<usize> {
     varint(b.get(at..)?).map(|(_, n)| at + n)
 }
 

@@ -43,7 +43,8 @@ pub struct HybridKeys {
 }
 
 impl HybridKeys {
-    fn derive(label: &str) -> HybridKeys {
+    /// Keys derived from `label`.
+    pub fn derive(label: &str) -> HybridKeys {
         let seeds: Vec<[u8; 32]> = (0..PARTIES)
             .map(|p| seed(&format!("{label}/node/{p}")))
             .collect();
@@ -67,7 +68,11 @@ impl HybridKeys {
         }
     }
 
-    fn parse(
+    /// The secret keys, public keys and orb key, checked against each other.
+    ///
+    /// # Errors
+    /// Wrong lengths or public keys that do not match the seeds.
+    pub fn parse(
         &self,
     ) -> Result<
         (
@@ -252,7 +257,7 @@ fn payload_hash(
 
 /// A request of `t` whose seeded party is `party`: the first of the labels `label/0`,
 /// `label/1`, ... whose request id gives it.
-fn request_for(
+pub(crate) fn request_for(
     label: &str,
     party: PartyId,
     t: RequestType,

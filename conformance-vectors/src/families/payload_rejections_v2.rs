@@ -16,7 +16,12 @@ use crate::{Family, Sources};
 pub enum Spec {}
 
 /// A payload of version 2 for `party` with a seed field (6) after the given eyes.
-fn seeded(party: u64, request_id: &[u8], left: Option<&[u8]>, seed: Option<&[u8]>) -> Vec<u8> {
+pub(crate) fn seeded(
+    party: u64,
+    request_id: &[u8],
+    left: Option<&[u8]>,
+    seed: Option<&[u8]>,
+) -> Vec<u8> {
     let mut pb = Pb(payload(2, party, request_id, left, None));
     if let Some(s) = seed {
         pb.bytes(6, s);
