@@ -22,10 +22,10 @@
 //!   the last edge, a public number, closes the last bucket); the joint buckets are second
 //!   differences of the 2D cumulative counts. All linear, so local.
 //!
-//! Rounds: 18. Bytes each party sends per pair: `31 * 4 * (E - 1) * 13.75` for the
-//! comparisons, `4 * (E - 1) * 31 / 8` for the OR tree, `(E - 1)^2 / 8` for the joint AND and
-//! `8 * (4 (E - 1) + (E - 1)^2)` for the B2A; with 22 edges about 41 KB per pair, nearly all
-//! of it the comparisons.
+//! Rounds: 18. Bytes each party sends per pair: `124 (E - 1) * 13.75` for the comparisons,
+//! `120 (E - 1) / 8` for the OR tree (30 gates per bit), `(E - 1)^2 / 8` for the joint AND
+//! and `8 (4 (E - 1) + (E - 1)^2)` for the B2A; with 22 edges about 40 KB per pair, nine
+//! tenths of it the comparisons.
 //!
 //! Opening ([`open_noisy`]): the replicated counts become a fresh three-out-of-three additive
 //! sharing, re-randomised by a zero-sharing from the pairwise streams, so a neighbour that

@@ -471,3 +471,29 @@ fn accumulated_shares_open_to_the_sum() {
     let refs: Vec<&Replicated<u32>> = total.iter().collect();
     assert_eq!(open_replicated(&refs), [11, 22, 2]);
 }
+
+#[test]
+fn a_batch_without_pairs_or_with_one_edge_counts_what_it_has() {
+    let mut rng = ChaCha20Rng::seed_from_u64(13);
+    let enrolled: Vec<Person> = (0..2).map(|_| person(&mut rng)).collect();
+    let queries = vec![recapture(&mut rng, &enrolled[0])];
+    let world = World::new(&mut rng, enrolled, queries);
+    let coefs = coefficients(&edges());
+    let (none, _) = world.count(14, &[], &coefs);
+    assert_eq!(none, vec![0; CountLayout { edges: coefs.len() }.counts()]);
+    // One edge: one bucket per histogram, holding every pair.
+    let pairs = [
+        StatsPair {
+            query: 0,
+            row: 0,
+            population: Population::Genuine,
+        },
+        StatsPair {
+            query: 0,
+            row: 1,
+            population: Population::Impostor,
+        },
+    ];
+    let (one, _) = world.count(15, &pairs, &coefs[..1]);
+    assert_eq!(one, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0]);
+}
