@@ -1,6 +1,6 @@
 use super::*;
 use crate::bits::{plane_to_bits, to_planes};
-use crate::local::{additive_u16, chi_squared, open_bits, run_three};
+use crate::local::{additive_u16, assert_views_uniform, open_bits, run_three};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts, DEFAULT_THRESHOLD};
@@ -242,28 +242,7 @@ fn a_partys_view_of_the_comparison_phase_is_uniform_and_input_independent() {
             };
             match_bits(s, cd, md, a).expect("compare")
         });
-        for (party, (_, _, received)) in out.iter().enumerate() {
-            assert!(!received.is_empty());
-            for (round, (from, message)) in received.iter().enumerate() {
-                assert!(
-                    message.len() >= 64,
-                    "party {party} round {round}: {} bytes",
-                    message.len()
-                );
-                let chi = chi_squared(message);
-                // Small messages get a looser bound; 255 +- 6 standard deviations otherwise.
-                let bound = if message.len() < 4096 { 600.0 } else { 400.0 };
-                assert!(
-                    chi < bound,
-                    "party {party} round {round} from {from:?}: chi-squared {chi}"
-                );
-            }
-        }
-        sizes.push(
-            out.iter()
-                .map(|(_, _, r)| r.iter().map(|(_, m)| m.len()).collect::<Vec<_>>())
-                .collect::<Vec<_>>(),
-        );
+        sizes.push(assert_views_uniform([&out[0].2, &out[1].2, &out[2].2]));
     }
     assert_eq!(sizes[0], sizes[1], "message sizes depend on the inputs");
 }

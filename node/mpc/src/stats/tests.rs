@@ -1,6 +1,9 @@
 use super::*;
 use crate::backend::{Reference, RowBackend};
-use crate::local::{chi_squared, run_three, run_three_unrecorded};
+use crate::local::{
+    assert_views_uniform, chi_squared, open_u32, run_three, run_three_unrecorded, Recording, View,
+};
+use crate::session::Traffic;
 use crate::synthetic;
 use rand_chacha::ChaCha20Rng;
 use sdk_orb::plaintext::{dot_products, min_distance_over_rotations, threshold_coefficient};
@@ -39,9 +42,15 @@ impl World {
         }
     }
 
-    /// Each party's share of each count, summed.
-    fn count(&self, seed: u64, pairs: &[StatsPair], coefs: &[u32]) -> (Vec<u32>, [View; 3]) {
-        let out = run_three(seed, |s| {
+    /// Runs [`count_pairs`] at the three parties, then `then` on each party's counts.
+    fn run<R: Send>(
+        &self,
+        seed: u64,
+        pairs: &[StatsPair],
+        coefs: &[u32],
+        then: impl Fn(&mut Session<'_, Recording>, Replicated<u32>) -> R + Sync,
+    ) -> [(R, Traffic, View); 3] {
+        run_three(seed, |s| {
             let i = s.party().index();
             let queries: Vec<&PartyShares> = self.query_shares.iter().map(|q| &q[i]).collect();
             let counts = count_pairs(
@@ -53,14 +62,17 @@ impl World {
                 coefs,
             )
             .expect("count");
-            (counts, s.traffic().rounds)
-        });
+            then(s, counts)
+        })
+    }
+
+    /// The counts, opened without noise.
+    fn count(&self, seed: u64, pairs: &[StatsPair], coefs: &[u32]) -> Vec<u32> {
+        let out = self.run(seed, pairs, coefs, |_, counts| counts);
         for party in &out {
-            assert_eq!(party.0 .1, 18, "rounds");
+            assert_eq!(party.1.rounds, 18, "rounds");
         }
-        let shares: Vec<&Replicated<u32>> = out.iter().map(|p| &p.0 .0).collect();
-        let opened = open_replicated(&shares);
-        (opened, out.map(|p| p.2))
+        open_u32([&out[0].0, &out[1].0, &out[2].0])
     }
 
     /// The plaintext histograms of `pairs` by the decision's integer rule at each edge.
@@ -97,22 +109,6 @@ fn plain_bucket(probe: &IrisTemplate, gallery: &IrisTemplate, coefs: &[u32]) -> 
         .iter()
         .filter(|&&a| !rotations().any(|k| dot_products(&probe.rotated(k), gallery).matches(a)))
         .count()
-}
-
-type View = crate::local::View;
-
-/// The value of a replicated sharing, checking the parties agree on each component.
-fn open_replicated(shares: &[&Replicated<u32>]) -> Vec<u32> {
-    for i in 0..3 {
-        assert_eq!(shares[i].prev, shares[(i + 2) % 3].own, "party {i}'s prev");
-    }
-    (0..shares[0].len())
-        .map(|e| {
-            shares[0].own[e]
-                .wrapping_add(shares[1].own[e])
-                .wrapping_add(shares[2].own[e])
-        })
-        .collect()
 }
 
 fn person(rng: &mut ChaCha20Rng) -> Person {
@@ -175,7 +171,7 @@ fn counts_equal_the_plaintext_histograms_of_the_same_pairs() {
     ]);
     let edges = edges();
     let coefs = coefficients(&edges);
-    let (opened, _) = world.count(2, &pairs, &coefs);
+    let opened = world.count(2, &pairs, &coefs);
     let expected = world.plaintext(&pairs, &coefs);
     assert_eq!(opened, expected);
 
@@ -212,7 +208,7 @@ fn counts_equal_the_plaintext_histograms_of_the_same_pairs() {
 }
 
 #[test]
-fn compare_each_equals_compare_at_each_coefficient() {
+fn compare_each_applies_each_comparisons_own_coefficient() {
     let mut rng = ChaCha20Rng::seed_from_u64(3);
     let n = 300;
     let values = |rng: &mut ChaCha20Rng, m: u32| -> Vec<u16> {
@@ -265,37 +261,11 @@ fn a_partys_view_of_counting_and_opening_is_uniform_and_input_independent() {
     let mut sizes = Vec::new();
     for queries in [close, far] {
         let world = World::new(&mut rng, enrolled.clone(), queries);
-        let out = run_three(6, |s| {
-            let i = s.party().index();
-            let queries: Vec<&PartyShares> = world.query_shares.iter().map(|q| &q[i]).collect();
-            let counts = count_pairs(
-                s,
-                &RowBackend(Reference),
-                &queries,
-                &world.dbs[i],
-                &pairs,
-                &coefs,
-            )
-            .expect("count");
+        let out = world.run(6, &pairs, &coefs, |s, counts| {
             open_noisy(s, &counts, &vec![0; counts.len()]).expect("open")
         });
         assert_eq!(out[0].0, out[1].0);
-        for (party, (_, _, received)) in out.iter().enumerate() {
-            for (round, (from, message)) in received.iter().enumerate() {
-                assert!(message.len() >= 64, "party {party} round {round}");
-                let chi = chi_squared(message);
-                let bound = if message.len() < 4096 { 600.0 } else { 400.0 };
-                assert!(
-                    chi < bound,
-                    "party {party} round {round} from {from:?}: chi-squared {chi}"
-                );
-            }
-        }
-        sizes.push(
-            out.iter()
-                .map(|(_, _, r)| r.iter().map(|(_, m)| m.len()).collect::<Vec<_>>())
-                .collect::<Vec<_>>(),
-        );
+        sizes.push(assert_views_uniform([&out[0].2, &out[1].2, &out[2].2]));
     }
     assert_eq!(sizes[0], sizes[1], "message sizes depend on the inputs");
 }
@@ -468,8 +438,7 @@ fn accumulated_shares_open_to_the_sum() {
     for (t, b) in total.iter_mut().zip(&b) {
         accumulate(t, b);
     }
-    let refs: Vec<&Replicated<u32>> = total.iter().collect();
-    assert_eq!(open_replicated(&refs), [11, 22, 2]);
+    assert_eq!(open_u32([&total[0], &total[1], &total[2]]), [11, 22, 2]);
 }
 
 #[test]
@@ -479,7 +448,7 @@ fn a_batch_without_pairs_or_with_one_edge_counts_what_it_has() {
     let queries = vec![recapture(&mut rng, &enrolled[0])];
     let world = World::new(&mut rng, enrolled, queries);
     let coefs = coefficients(&edges());
-    let (none, _) = world.count(14, &[], &coefs);
+    let none = world.count(14, &[], &coefs);
     assert_eq!(none, vec![0; CountLayout { edges: coefs.len() }.counts()]);
     // One edge: one bucket per histogram, holding every pair.
     let pairs = [
@@ -494,6 +463,6 @@ fn a_batch_without_pairs_or_with_one_edge_counts_what_it_has() {
             population: Population::Impostor,
         },
     ];
-    let (one, _) = world.count(15, &pairs, &coefs[..1]);
+    let one = world.count(15, &pairs, &coefs[..1]);
     assert_eq!(one, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0]);
 }
