@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use rand_chacha::ChaCha20Rng;
-use rand_core::{RngCore, SeedableRng};
+use rand_core::{CryptoRng, RngCore, SeedableRng};
 use sdk_orb::rotation::ROTATION_COUNT;
 use sdk_orb::shamir::PartyShares;
 use sha2::{Digest, Sha256};
@@ -613,7 +613,7 @@ pub fn accumulate(total: &mut Replicated<u32>, counts: &Replicated<u32>) {
 ///
 /// # Panics
 /// If `mu` is negative or not finite.
-pub fn skellam(rng: &mut impl RngCore, mu: f64, n: usize) -> Vec<i64> {
+pub fn skellam(rng: &mut (impl RngCore + CryptoRng), mu: f64, n: usize) -> Vec<i64> {
     assert!(mu.is_finite() && mu >= 0.0, "mu must be finite and >= 0");
     (0..n)
         .map(|_| poisson(rng, mu) as i64 - poisson(rng, mu) as i64)

@@ -246,3 +246,53 @@ fn a_partys_view_of_the_comparison_phase_is_uniform_and_input_independent() {
     }
     assert_eq!(sizes[0], sizes[1], "message sizes depend on the inputs");
 }
+
+#[test]
+fn compare_each_applies_each_comparisons_own_coefficient() {
+    let mut rng = ChaCha20Rng::seed_from_u64(30);
+    // Bucket edges from 0 (A = 2^16, past u16) to 0.5 (A = 0), each comparison its own.
+    let edges: Vec<u32> = (0..=20)
+        .map(|i| threshold_coefficient(f64::from(i) * 0.025))
+        .collect();
+    let pairs = dot_products(&mut rng, threshold_coefficient(DEFAULT_THRESHOLD), 1_000);
+    let a: Vec<u32> = (0..pairs.len()).map(|e| edges[e % edges.len()]).collect();
+    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
+    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
+    let cd_shares = additive_u16(&mut rng, &cd);
+    let md_shares = additive_u16(&mut rng, &md);
+    let out = run_three(31, |s| {
+        let i = s.party().index();
+        compare_each(s, &cd_shares[i], &md_shares[i], &a).expect("compare")
+    });
+    let opened = open_bits([&out[0].0.matches, &out[1].0.matches, &out[2].0.matches]);
+    for (e, b) in plane_to_bits(&opened, pairs.len()).into_iter().enumerate() {
+        assert_eq!(b, pairs[e].matches(a[e]), "{:?} at A = {}", pairs[e], a[e]);
+    }
+}
+
+#[test]
+fn compare_each_with_one_coefficient_is_compare() {
+    let mut rng = ChaCha20Rng::seed_from_u64(32);
+    let a = threshold_coefficient(DEFAULT_THRESHOLD);
+    let pairs = dot_products(&mut rng, a, 300);
+    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
+    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
+    let cd_shares = additive_u16(&mut rng, &cd);
+    let md_shares = additive_u16(&mut rng, &md);
+    let each = vec![a; pairs.len()];
+    let runs = [false, true].map(|per_element| {
+        run_three(33, |s| {
+            let i = s.party().index();
+            let c = if per_element {
+                compare_each(s, &cd_shares[i], &md_shares[i], &each)
+            } else {
+                compare(s, &cd_shares[i], &md_shares[i], a)
+            };
+            c.expect("compare").matches
+        })
+    });
+    for (party, (one, each)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        assert_eq!(one.0, each.0, "party {party}'s bits");
+        assert_eq!(one.2, each.2, "party {party}'s view");
+    }
+}

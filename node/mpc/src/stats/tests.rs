@@ -1,8 +1,6 @@
 use super::*;
 use crate::backend::{Reference, RowBackend};
-use crate::local::{
-    assert_views_uniform, chi_squared, open_u32, run_three, run_three_unrecorded, Recording, View,
-};
+use crate::local::{assert_views_uniform, chi_squared, open_u32, run_three, Recording, View};
 use crate::session::Traffic;
 use crate::synthetic;
 use rand_chacha::ChaCha20Rng;
@@ -204,40 +202,6 @@ fn counts_equal_the_plaintext_histograms_of_the_same_pairs() {
                 assert!(used >= 2, "{population:?} {comparison:?}: {h:?}");
             }
         }
-    }
-}
-
-#[test]
-fn compare_each_applies_each_comparisons_own_coefficient() {
-    let mut rng = ChaCha20Rng::seed_from_u64(3);
-    let n = 300;
-    let values = |rng: &mut ChaCha20Rng, m: u32| -> Vec<u16> {
-        (0..n).map(|_| (rng.next_u32() % m) as u16).collect()
-    };
-    let md = values(&mut rng, 12_801);
-    let cd: Vec<u16> = md
-        .iter()
-        .map(|&m| (i32::from(m) - 2 * (rng.next_u32() % (u32::from(m) + 1)) as i32) as u16)
-        .collect();
-    let coefs: Vec<u32> = (0..n).map(|e| coefficients(&edges())[e % 12]).collect();
-    let cd_shares = crate::local::additive_u16(&mut rng, &cd);
-    let md_shares = crate::local::additive_u16(&mut rng, &md);
-    let each = run_three_unrecorded(4, |s| {
-        let i = s.party().index();
-        crate::compare::compare_each(s, &cd_shares[i], &md_shares[i], &coefs)
-            .expect("compare")
-            .matches
-    });
-    let bits = crate::bits::plane_to_bits(
-        &crate::local::open_bits([&each[0].0, &each[1].0, &each[2].0]),
-        n,
-    );
-    for e in 0..n {
-        let plain = sdk_orb::plaintext::DotProducts {
-            cd: i32::from(cd[e] as i16),
-            md: u32::from(md[e]),
-        };
-        assert_eq!(bits[e], plain.matches(coefs[e]), "comparison {e}");
     }
 }
 
