@@ -1,7 +1,9 @@
 //! Distance statistics for one batch: `count_pairs` over 256 impostor pairs with the default
 //! 22 edges (0 to 0.5 in steps of 0.025, and the threshold 0.345), three parties on threads
 //! over the in-memory network, dot products on `RowBackend(Reference)`. Prints the bytes and
-//! rounds each party sends; the time is the wall time of the three parties together.
+//! rounds each party sends; the time is the wall time of the three parties together. Then
+//! the comparisons of the same batch alone, on zero inputs, and as many comparisons with one
+//! coefficient, as the pipeline runs them: the yardstick for the statistics' cost.
 //!
 //! `cargo bench -p ocelli-mpc --bench stats`.
 
@@ -64,6 +66,25 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("stats");
     group.sample_size(10);
     group.bench_function("count_pairs/256/reference", |b| b.iter(run));
+    // The comparisons alone: every edge but the first, 31 rotations, four comparisons per pair.
+    let n = PAIRS * 4 * 31 * (edges.len() - 1);
+    let zeros = vec![0u16; n];
+    let a: Vec<u32> = (0..n).map(|e| coefs[1 + e % (coefs.len() - 1)]).collect();
+    group.bench_function(format!("compare_each/{n}"), |b| {
+        b.iter(|| {
+            run_three_unrecorded(3, |s| {
+                ocelli_mpc::compare::compare_each(s, &zeros, &zeros, &a).expect("compare")
+            })
+        })
+    });
+    // The yardstick: as many comparisons of the pipeline's kind, one coefficient.
+    group.bench_function(format!("compare/{n}"), |b| {
+        b.iter(|| {
+            run_three_unrecorded(3, |s| {
+                ocelli_mpc::compare::compare(s, &zeros, &zeros, coefs[1]).expect("compare")
+            })
+        })
+    });
     group.finish();
 }
 
