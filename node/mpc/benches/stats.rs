@@ -2,13 +2,14 @@
 //! 22 edges (0 to 0.5 in steps of 0.025, and the threshold 0.345), three parties on threads
 //! over the in-memory network, dot products on `RowBackend(Reference)`. Prints the bytes and
 //! rounds each party sends; the time is the wall time of the three parties together. Then
-//! the comparisons of the same batch alone, on zero inputs, and as many comparisons with one
-//! coefficient, as the pipeline runs them: the yardstick for the statistics' cost.
+//! the comparisons of the same batch alone, on zero inputs, and as many comparisons as the
+//! pipeline runs them (one coefficient per run): the yardstick for the statistics' cost.
 //!
 //! `cargo bench -p ocelli-mpc --bench stats`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use ocelli_mpc::backend::{Reference, RowBackend};
+use ocelli_mpc::compare::{match_bits, match_bits_at_each};
 use ocelli_mpc::local::run_three_unrecorded;
 use ocelli_mpc::stats::{count_pairs, sample_impostor_pairs, Population, StatsPair};
 use ocelli_mpc::{synthetic, MatchDb};
@@ -66,23 +67,22 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("stats");
     group.sample_size(10);
     group.bench_function("count_pairs/256/reference", |b| b.iter(run));
-    // The comparisons alone: every edge but the first, 31 rotations, four comparisons per pair.
-    let n = PAIRS * 4 * 31 * (edges.len() - 1);
-    let zeros = vec![0u16; n];
-    let a: Vec<u32> = (0..n).map(|e| coefs[1 + e % (coefs.len() - 1)]).collect();
-    group.bench_function(format!("compare_each/{n}"), |b| {
+    // The comparisons alone: 4 per pair for each of 31 rotations, at every edge but the
+    // first; then as many comparisons as the pipeline runs them, one coefficient each run.
+    let inputs = PAIRS * 4 * 31;
+    let zeros = vec![0u16; inputs];
+    let n = inputs * (edges.len() - 1);
+    group.bench_function(format!("match_bits_at_each/{n}"), |b| {
         b.iter(|| {
             run_three_unrecorded(3, |s| {
-                ocelli_mpc::compare::compare_each(s, &zeros, &zeros, &a).expect("compare")
+                match_bits_at_each(s, &zeros, &zeros, &coefs[1..]).expect("compare")
             })
         })
     });
-    // The yardstick: as many comparisons of the pipeline's kind, one coefficient.
-    group.bench_function(format!("compare/{n}"), |b| {
+    let all = vec![0u16; n];
+    group.bench_function(format!("match_bits/{n}"), |b| {
         b.iter(|| {
-            run_three_unrecorded(3, |s| {
-                ocelli_mpc::compare::compare(s, &zeros, &zeros, coefs[1]).expect("compare")
-            })
+            run_three_unrecorded(3, |s| match_bits(s, &all, &all, coefs[1]).expect("compare"))
         })
     });
     group.finish();

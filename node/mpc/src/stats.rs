@@ -10,8 +10,9 @@
 //! - Cumulative bits: for each of those four comparisons and each edge `e_j`, `j >= 1`, the
 //!   bit `min over rotations d < e_j`, the OR over the rotations of the strict match bit at
 //!   `A_j = threshold_coefficient(e_j)` (the decision's own rule). All `4 * 31 * (E - 1) * P`
-//!   comparisons run as one [`compare_each`] (10 rounds), then one OR tree (5 rounds).
-//!   `e_0` needs no bit: bucket 0 also holds the distances below it.
+//!   comparisons run as one [`match_bits_at_each`] (10 rounds; the split and the lift's cross
+//!   term once per `(cd, md)`, not per edge), then one OR tree (5 rounds). `e_0` needs no
+//!   bit: bucket 0 also holds the distances below it.
 //! - Joint: the AND of each left bit at `e_j` with each right bit at `e_k`, `(E - 1)^2 * P`
 //!   gates in one round.
 //! - B2A: each XOR-shared bit `b = c_0 ^ c_1 ^ c_2` becomes an arithmetic share by
@@ -22,10 +23,11 @@
 //!   the last edge, a public number, closes the last bucket); the joint buckets are second
 //!   differences of the 2D cumulative counts. All linear, so local.
 //!
-//! Rounds: 18. Bytes each party sends per pair: `124 (E - 1) * 13.75` for the comparisons,
-//! `120 (E - 1) / 8` for the OR tree (30 gates per bit), `(E - 1)^2 / 8` for the joint AND
-//! and `8 (4 (E - 1) + (E - 1)^2)` for the B2A; with 22 edges about 40 KB per pair, nine
-//! tenths of it the comparisons.
+//! Rounds: 18. Bytes each party sends per pair: 124 `(cd, md)` pairs at 6 bytes (parties 0
+//! and 2) or 2 (party 1), `124 (E - 1)` comparisons at 7.75 bytes (the adder) plus 4 at
+//! party 1 (its binary input), `120 (E - 1) / 8` for the OR tree (30 gates per bit),
+//! `(E - 1)^2 / 8` for the joint AND and `8 (4 (E - 1) + (E - 1)^2)` for the B2A. With 22
+//! edges: about 25 KB at parties 0 and 2 and 35 KB at party 1.
 //!
 //! Opening ([`open_noisy`]): the replicated counts become a fresh three-out-of-three additive
 //! sharing, re-randomised by a zero-sharing from the pairwise streams, so a neighbour that
@@ -53,7 +55,7 @@ use zeroize::Zeroizing;
 use crate::backend::Backend;
 use crate::bits::words_for;
 use crate::circuit::SharedBits;
-use crate::compare::{compare_each, or_blocks};
+use crate::compare::{match_bits_at_each, or_blocks};
 use crate::db::{Eye, MatchDb, Part};
 use crate::network::{NetworkError, Peer, Transport};
 use crate::pipeline::QueryMatrix;
@@ -284,33 +286,41 @@ pub fn count_pairs<B: Backend, T: Transport>(
     let layout = CountLayout { edges };
     let cut = edges - 1;
     let n_pairs = pairs.len();
-    // Cumulative bit (kind, j, pair) at this position of the OR tree's output.
-    let bit = |kind: usize, j: usize, p: usize| (kind * cut + j) * n_pairs + p;
-    let cumulative_bits = KINDS.len() * cut * n_pairs;
-    let w = words_for(cumulative_bits);
-    let padded = w * 64;
-
+    // The comparisons' inputs: `[rotation][kind][pair]`, each rotation padded to words.
+    let pw = words_for(KINDS.len() * n_pairs);
+    let n = ROTATION_COUNT * pw * 64;
     let dots = pair_dots(session.party(), engine, queries, db, pairs);
-    let n = ROTATION_COUNT * padded;
     let mut cd = Zeroizing::new(vec![0u16; n]);
     let mut md = Zeroizing::new(vec![0u16; n]);
-    let mut a = vec![0u32; n];
     for rotation in 0..ROTATION_COUNT {
         for (kind, (code, mask)) in dots.iter().enumerate() {
-            for j in 0..cut {
-                for p in 0..n_pairs {
-                    let at = rotation * padded + bit(kind, j, p);
-                    cd[at] = code[rotation * n_pairs + p];
-                    md[at] = mask[rotation * n_pairs + p];
-                    a[at] = edge_coefficients[j + 1];
-                }
-            }
+            let at = rotation * pw * 64 + kind * n_pairs;
+            let from = rotation * n_pairs;
+            cd[at..at + n_pairs].copy_from_slice(&code[from..from + n_pairs]);
+            md[at..at + n_pairs].copy_from_slice(&mask[from..from + n_pairs]);
         }
     }
     drop(dots);
-    let matches = compare_each(session, &cd, &md, &a)?.matches;
-    drop((cd, md, a));
+    // Words `[edge][rotation][pw]`, regrouped `[rotation][edge][pw]` for the OR tree.
+    let matches = match_bits_at_each(session, &cd, &md, &edge_coefficients[1..])?;
+    drop((cd, md));
+    let regroup = |words: &[u64]| -> Vec<u64> {
+        let mut out = vec![0u64; words.len()];
+        for j in 0..cut {
+            for rotation in 0..ROTATION_COUNT {
+                let from = (j * ROTATION_COUNT + rotation) * pw;
+                let to = (rotation * cut + j) * pw;
+                out[to..to + pw].copy_from_slice(&words[from..from + pw]);
+            }
+        }
+        out
+    };
+    let matches = Replicated::new(regroup(&matches.own), regroup(&matches.prev));
     let below = or_blocks(session, &matches, ROTATION_COUNT)?;
+    // Cumulative bit (kind, j, pair) at this position of the OR tree's output.
+    let bit = |kind: usize, j: usize, p: usize| j * pw * 64 + kind * n_pairs + p;
+    let cumulative_bits = KINDS.len() * cut * n_pairs;
+    let padded = cut * pw * 64;
 
     // Joint: left bit at e_j AND right bit at e_k, (j, k, pair) order.
     let joint_positions = |kind: usize| -> Vec<Option<usize>> {
@@ -324,7 +334,8 @@ pub fn count_pairs<B: Backend, T: Transport>(
         &below.gather(&joint_positions(1)),
     )?;
     let joint_bits = cut * cut * n_pairs;
-    let positions: Vec<usize> = (0..cumulative_bits)
+    let positions: Vec<usize> = (0..KINDS.len())
+        .flat_map(|kind| (0..cut).flat_map(move |j| (0..n_pairs).map(move |p| bit(kind, j, p))))
         .chain((0..joint_bits).map(|i| padded + i))
         .collect();
     let arithmetic = b2a(session, &Replicated::concat(&[&below, &joint]), &positions)?;

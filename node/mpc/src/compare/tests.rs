@@ -296,3 +296,36 @@ fn compare_each_with_one_coefficient_is_compare() {
         assert_eq!(one.2, each.2, "party {party}'s view");
     }
 }
+
+#[test]
+fn match_bits_at_each_coefficient_equal_the_plaintext_rule_and_share_the_split() {
+    let mut rng = ChaCha20Rng::seed_from_u64(34);
+    let a: Vec<u32> = (0..=20)
+        .map(|i| threshold_coefficient(f64::from(i) * 0.025))
+        .collect();
+    let n = 64 * 10;
+    let pairs = dot_products(&mut rng, threshold_coefficient(DEFAULT_THRESHOLD), n);
+    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
+    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
+    let cd_shares = additive_u16(&mut rng, &cd);
+    let md_shares = additive_u16(&mut rng, &md);
+    let out = run_three(35, |s| {
+        let i = s.party().index();
+        match_bits_at_each(s, &cd_shares[i], &md_shares[i], &a).expect("compare")
+    });
+    let bits = plane_to_bits(&open_bits([&out[0].0, &out[1].0, &out[2].0]), n * a.len());
+    for (j, &aj) in a.iter().enumerate() {
+        for (e, p) in pairs.iter().enumerate() {
+            assert_eq!(bits[j * n + e], p.matches(aj), "{p:?} at A = {aj}");
+        }
+    }
+    // Once per (cd, md): the split (parties 0 and 2, 4 bytes), the cross term (parties 0 and
+    // 1, 2 bytes), forwarding q (party 2, 2 bytes). Per comparison: party 1's binary input (4
+    // bytes) and the adder's 62 gates.
+    let m = (n * a.len()) as u64;
+    let n = n as u64;
+    let gates = 62 * m / 8;
+    let sent: Vec<u64> = out.iter().map(|p| p.1.bytes_sent).collect();
+    assert_eq!(sent, [6 * n + gates, 2 * n + 4 * m + gates, 6 * n + gates]);
+    assert_eq!(out[0].1.rounds, 10);
+}
