@@ -41,7 +41,9 @@
 //! Differences from the interface first agreed: `count_pairs` takes the queries as each
 //! request's shares (`queries[StatsPair::query]`) and prepares them itself, as the pipeline
 //! does not keep its prepared queries past a batch; `edge_coefficients` holds one
-//! coefficient per edge, `e_0`'s included (it is not compared).
+//! coefficient per edge, `e_0`'s included (it is not compared); the core has its own
+//! [`Comparison`] beside [`Population`] for [`CountLayout::offset`]; [`accumulate`] adds a
+//! batch's counts to a period's, and `Replicated::to_bytes` / `from_bytes` keep them.
 
 use std::collections::{BTreeMap, HashSet};
 

@@ -134,16 +134,20 @@ fn dot_products(rng: &mut ChaCha20Rng, a: u32, n: usize) -> Vec<DotProducts> {
     out
 }
 
+/// Additive shares of the pairs' `cd` and of their `md` over Z_{2^16}.
+fn additive_pairs(rng: &mut ChaCha20Rng, pairs: &[DotProducts]) -> ([Vec<u16>; 3], [Vec<u16>; 3]) {
+    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
+    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
+    (additive_u16(rng, &cd), additive_u16(rng, &md))
+}
+
 #[test]
 fn match_bits_equal_the_plaintext_rule() {
     let mut rng = ChaCha20Rng::seed_from_u64(5);
     let a = threshold_coefficient(DEFAULT_THRESHOLD);
     assert_eq!(a, 20_316);
     let pairs = dot_products(&mut rng, a, 2_000);
-    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
-    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
-    let cd_shares = additive_u16(&mut rng, &cd);
-    let md_shares = additive_u16(&mut rng, &md);
+    let (cd_shares, md_shares) = additive_pairs(&mut rng, &pairs);
     let out = run_three(6, |s| {
         let i = s.party().index();
         match_bits(s, &cd_shares[i], &md_shares[i], a).expect("compare")
@@ -247,19 +251,21 @@ fn a_partys_view_of_the_comparison_phase_is_uniform_and_input_independent() {
     assert_eq!(sizes[0], sizes[1], "message sizes depend on the inputs");
 }
 
+/// `A` of bucket edges from 0 (`A = 2^16`, past u16) to 0.5 (`A = 0`) in steps of 0.025.
+fn edge_coefficients() -> Vec<u32> {
+    (0..=20)
+        .map(|i| threshold_coefficient(f64::from(i) * 0.025))
+        .collect()
+}
+
 #[test]
 fn compare_each_applies_each_comparisons_own_coefficient() {
     let mut rng = ChaCha20Rng::seed_from_u64(30);
-    // Bucket edges from 0 (A = 2^16, past u16) to 0.5 (A = 0), each comparison its own.
-    let edges: Vec<u32> = (0..=20)
-        .map(|i| threshold_coefficient(f64::from(i) * 0.025))
-        .collect();
+    // Each comparison its own edge.
+    let edges = edge_coefficients();
     let pairs = dot_products(&mut rng, threshold_coefficient(DEFAULT_THRESHOLD), 1_000);
     let a: Vec<u32> = (0..pairs.len()).map(|e| edges[e % edges.len()]).collect();
-    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
-    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
-    let cd_shares = additive_u16(&mut rng, &cd);
-    let md_shares = additive_u16(&mut rng, &md);
+    let (cd_shares, md_shares) = additive_pairs(&mut rng, &pairs);
     let out = run_three(31, |s| {
         let i = s.party().index();
         compare_each(s, &cd_shares[i], &md_shares[i], &a).expect("compare")
@@ -275,10 +281,7 @@ fn compare_each_with_one_coefficient_is_compare() {
     let mut rng = ChaCha20Rng::seed_from_u64(32);
     let a = threshold_coefficient(DEFAULT_THRESHOLD);
     let pairs = dot_products(&mut rng, a, 300);
-    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
-    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
-    let cd_shares = additive_u16(&mut rng, &cd);
-    let md_shares = additive_u16(&mut rng, &md);
+    let (cd_shares, md_shares) = additive_pairs(&mut rng, &pairs);
     let each = vec![a; pairs.len()];
     let runs = [false, true].map(|per_element| {
         run_three(33, |s| {
@@ -300,15 +303,10 @@ fn compare_each_with_one_coefficient_is_compare() {
 #[test]
 fn match_bits_at_each_coefficient_equal_the_plaintext_rule_and_share_the_split() {
     let mut rng = ChaCha20Rng::seed_from_u64(34);
-    let a: Vec<u32> = (0..=20)
-        .map(|i| threshold_coefficient(f64::from(i) * 0.025))
-        .collect();
+    let a = edge_coefficients();
     let n = 64 * 10;
     let pairs = dot_products(&mut rng, threshold_coefficient(DEFAULT_THRESHOLD), n);
-    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
-    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
-    let cd_shares = additive_u16(&mut rng, &cd);
-    let md_shares = additive_u16(&mut rng, &md);
+    let (cd_shares, md_shares) = additive_pairs(&mut rng, &pairs);
     let out = run_three(35, |s| {
         let i = s.party().index();
         match_bits_at_each(s, &cd_shares[i], &md_shares[i], &a).expect("compare")
