@@ -274,7 +274,8 @@ const KINDS: [(Eye, bool); 4] = [
 /// Transport failures.
 ///
 /// # Panics
-/// If there are no edges, or a pair names a query or row that is not there.
+/// If there are no edges, the edges do not increase (the coefficients do not decrease
+/// strictly), or a pair names a query or row that is not there.
 pub fn count_pairs<B: Backend, T: Transport>(
     session: &mut Session<'_, T>,
     engine: &B,
@@ -285,6 +286,11 @@ pub fn count_pairs<B: Backend, T: Transport>(
 ) -> Result<Replicated<u32>, NetworkError> {
     let edges = edge_coefficients.len();
     assert!(edges > 0, "at least one bucket edge");
+    // Increasing edges have decreasing coefficients; equal ones would leave empty buckets.
+    assert!(
+        edge_coefficients.windows(2).all(|w| w[0] > w[1]),
+        "bucket edges must increase"
+    );
     let layout = CountLayout { edges };
     let cut = edges - 1;
     let n_pairs = pairs.len();

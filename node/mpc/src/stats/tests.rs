@@ -430,3 +430,30 @@ fn a_batch_without_pairs_or_with_one_edge_counts_what_it_has() {
     let one = world.count(15, &pairs, &coefs[..1]);
     assert_eq!(one, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0]);
 }
+
+#[test]
+#[should_panic(expected = "bucket edges must increase")]
+fn edges_out_of_order_are_refused() {
+    let mut rng = ChaCha20Rng::seed_from_u64(16);
+    let (enrolled, query) = (person(&mut rng), person(&mut rng));
+    let world = World::new(&mut rng, vec![enrolled], vec![query]);
+    let pair = StatsPair {
+        query: 0,
+        row: 0,
+        population: Population::Impostor,
+    };
+    // Refused before any message: one party alone is enough.
+    let [mut transport, ..] = crate::network::in_memory_network();
+    let mut randomness = crate::CorrelatedRandomness::from_seeds(&[1; 32], &[2; 32]);
+    let mut session = Session::new(sdk_orb::PartyId::ALL[0], &mut transport, &mut randomness);
+    let queries: Vec<&PartyShares> = world.query_shares.iter().map(|q| &q[0]).collect();
+    let coefs = coefficients(&[0.0, 0.3, 0.2]);
+    let _ = count_pairs(
+        &mut session,
+        &RowBackend(Reference),
+        &queries,
+        &world.dbs[0],
+        &[pair],
+        &coefs,
+    );
+}
