@@ -90,10 +90,9 @@ fn top_bits(md: &[u16]) -> Vec<u16> {
 fn cross_term<T: Transport>(
     session: &mut Session<'_, T>,
     md: &[u16],
-    a: u32,
+    a: Coefficients<'_>,
 ) -> Result<Vec<u16>, NetworkError> {
     let n = md.len();
-    let a16 = a as u16;
     let top = top_bits(md);
     session.round();
     match session.party().index() {
@@ -114,7 +113,7 @@ fn cross_term<T: Transport>(
             let k1: Vec<u16> = (0..n)
                 .map(|e| {
                     w1[e]
-                        .wrapping_add(a16.wrapping_mul(top[e]))
+                        .wrapping_add((a.at(e) as u16).wrapping_mul(top[e]))
                         .wrapping_sub(p[e])
                 })
                 .collect();
@@ -151,23 +150,22 @@ struct XParts {
     pair: Replicated<u64>,
 }
 
-/// Each party's part of `x` as a binary sharing of two values: party 1's part as components
+/// Each party's part of `x` (`elements` values, from the `n` cross-term parts by `x_of`) as a
+/// binary sharing of two values: party 1's part as components
 /// `(R, x_1 ^ R, 0)` with planes `R` from the stream of parties 0 and 1 (party 1 sends
 /// `x_1 ^ R` to party 2), and the part of parties 0 and 2 as component 2 (party 2 forwards
-/// `q` to party 0 first, which completes its part). One round; draws `X_BITS * words_for(n)`
+/// `q` to party 0 first, which completes its part). One round; draws `X_BITS * words_for(elements)`
 /// u64 from the stream of parties 0 and 1.
 fn exchange_parts<T: Transport>(
     session: &mut Session<'_, T>,
-    cd: &[u16],
-    md: &[u16],
     mut cross: Vec<u16>,
-    a: u32,
+    n: usize,
+    elements: usize,
+    x_of: impl Fn(&[u16]) -> Vec<u32>,
 ) -> Result<XParts, NetworkError> {
-    let n = md.len();
-    let planes = X_BITS * words_for(n);
+    let planes = X_BITS * words_for(elements);
     let zeros = || vec![0u64; planes];
     session.round();
-    let x_of = |cross: &[u16]| x_part(md, cd, &top_bits(md), cross, a);
     match session.party().index() {
         0 => {
             let r = session.randomness().next_bits(planes);
@@ -219,12 +217,12 @@ fn exchange_parts<T: Transport>(
 /// A holder's part of `x = A md - 2^16 cd` in Z_{2^32}: `A m - 2^16 (c + A t - k)` for its
 /// parts `m`, `c`, top bit `t` and cross-term part `k`. `2^16 y` in Z_{2^32} depends only on
 /// `y` mod 2^16, so the bracket is formed over Z_{2^16}.
-fn x_part(md: &[u16], cd: &[u16], top: &[u16], cross: &[u16], a: u32) -> Vec<u32> {
-    let a16 = a as u16;
+fn x_part(md: &[u16], cd: &[u16], top: &[u16], cross: &[u16], a: Coefficients<'_>) -> Vec<u32> {
     (0..md.len())
         .map(|e| {
+            let a = a.at(e);
             let high = cd[e]
-                .wrapping_add(a16.wrapping_mul(top[e]))
+                .wrapping_add((a as u16).wrapping_mul(top[e]))
                 .wrapping_sub(cross[e]);
             a.wrapping_mul(u32::from(md[e]))
                 .wrapping_sub(u32::from(high) << 16)
@@ -266,6 +264,52 @@ pub fn compare<T: Transport>(
     md: &[u16],
     a: u32,
 ) -> Result<Comparison, NetworkError> {
+    compare_with(session, cd, md, Coefficients::One(a))
+}
+
+/// [`compare`] with a coefficient per comparison: `a[e]` for comparison `e`, e.g. a bucket
+/// edge each. The same rounds, messages and draws as [`compare`]; `A` enters only local
+/// arithmetic and party 1's cross-term message.
+///
+/// # Errors
+/// Transport failures.
+///
+/// # Panics
+/// If the inputs and `a` differ in length.
+pub fn compare_each<T: Transport>(
+    session: &mut Session<'_, T>,
+    cd: &[u16],
+    md: &[u16],
+    a: &[u32],
+) -> Result<Comparison, NetworkError> {
+    assert_eq!(cd.len(), a.len());
+    compare_with(session, cd, md, Coefficients::Each(a))
+}
+
+/// The coefficient `A` of each comparison.
+#[derive(Clone, Copy)]
+enum Coefficients<'a> {
+    /// One for all.
+    One(u32),
+    /// One per comparison.
+    Each(&'a [u32]),
+}
+
+impl Coefficients<'_> {
+    fn at(self, e: usize) -> u32 {
+        match self {
+            Coefficients::One(a) => a,
+            Coefficients::Each(a) => a[e],
+        }
+    }
+}
+
+fn compare_with<T: Transport>(
+    session: &mut Session<'_, T>,
+    cd: &[u16],
+    md: &[u16],
+    a: Coefficients<'_>,
+) -> Result<Comparison, NetworkError> {
     assert_eq!(cd.len(), md.len());
     let n = cd.len();
     let w = words_for(n);
@@ -276,12 +320,13 @@ pub fn compare<T: Transport>(
         (parts, md)
     };
     let cross = cross_term(session, &md, a)?;
+    let x_of = |cross: &[u16]| x_part(&md, &cd, &top_bits(&md), cross, a);
     let XParts {
         cross,
         x,
         single,
         pair,
-    } = exchange_parts(session, &cd, &md, cross, a)?;
+    } = exchange_parts(session, cross, n, n, x_of)?;
     let carry = carry_into(session, &single, &pair, w, X_BITS - 1)?;
     let top = X_BITS - 1;
     let matches = plane(&single, w, top)
@@ -311,6 +356,54 @@ pub fn match_bits<T: Transport>(
     a: u32,
 ) -> Result<Replicated<u64>, NetworkError> {
     Ok(compare(session, cd, md, a)?.matches)
+}
+
+/// Match bits of every `(cd, md)` at every coefficient of `a`: bit `j n + e` is
+/// `2^16 cd_e > a_j md_e`, for the domain of [`compare`]. The split, the lift's cross term
+/// and its forwarding run once per `(cd, md)`, not per coefficient: the cross term is formed
+/// for `A = 1` (its parts are a sharing of `u v`) and each coefficient scales the parts
+/// locally. Per comparison only party 1's binary input and the adder remain, so with many
+/// coefficients a comparison costs about 8 bytes at parties 0 and 2 and 11.75 at party 1.
+/// Rounds and draws as [`compare`] on `n` values up to the cross term, then the binary input
+/// and the adder on `n * a.len()`.
+///
+/// # Errors
+/// Transport failures.
+///
+/// # Panics
+/// If the two inputs differ in length.
+pub fn match_bits_at_each<T: Transport>(
+    session: &mut Session<'_, T>,
+    cd: &[u16],
+    md: &[u16],
+    a: &[u32],
+) -> Result<Replicated<u64>, NetworkError> {
+    assert_eq!(cd.len(), md.len());
+    let n = cd.len();
+    let (cd, md) = {
+        let both: Vec<u16> = cd.iter().chain(md).copied().collect();
+        let mut parts = split(session, &both)?;
+        let md = parts.split_off(n);
+        (parts, md)
+    };
+    let cross = cross_term(session, &md, Coefficients::One(1))?;
+    let top = top_bits(&md);
+    let x_of = |cross: &[u16]| -> Vec<u32> {
+        a.iter()
+            .flat_map(|&a| {
+                let scaled: Vec<u16> = cross.iter().map(|c| c.wrapping_mul(a as u16)).collect();
+                x_part(&md, &cd, &top, &scaled, Coefficients::One(a))
+            })
+            .collect()
+    };
+    let elements = n * a.len();
+    let XParts { single, pair, .. } = exchange_parts(session, cross, n, elements, x_of)?;
+    let w = words_for(elements);
+    let carry = carry_into(session, &single, &pair, w, X_BITS - 1)?;
+    let top = X_BITS - 1;
+    Ok(plane(&single, w, top)
+        .xor(&plane(&pair, w, top))
+        .xor(&carry))
 }
 
 /// OR of shared bit vectors: `x ^ y ^ (x & y)`. One round.

@@ -310,6 +310,35 @@ pub fn chi_squared(bytes: &[u8]) -> f64 {
         .sum()
 }
 
+/// Asserts that every message each party received looks uniform by [`chi_squared`] (255
+/// plus about six standard deviations from 4 KiB on, a looser bound below), and returns the
+/// message sizes party by party, for comparing runs on other secrets.
+///
+/// # Panics
+/// If a party received nothing, or a message is under 64 bytes or fails the test.
+pub fn assert_views_uniform(views: [&View; 3]) -> Vec<Vec<usize>> {
+    for (party, received) in views.iter().enumerate() {
+        assert!(!received.is_empty(), "party {party} received nothing");
+        for (round, (from, message)) in received.iter().enumerate() {
+            assert!(
+                message.len() >= 64,
+                "party {party} round {round}: {} bytes",
+                message.len()
+            );
+            let chi = chi_squared(message);
+            let bound = if message.len() < 4096 { 600.0 } else { 400.0 };
+            assert!(
+                chi < bound,
+                "party {party} round {round} from {from:?}: chi-squared {chi}"
+            );
+        }
+    }
+    views
+        .iter()
+        .map(|r| r.iter().map(|(_, m)| m.len()).collect())
+        .collect()
+}
+
 /// Additive shares of `values` over Z_{2^16}.
 pub fn additive_u16(rng: &mut ChaCha20Rng, values: &[u16]) -> [Vec<u16>; 3] {
     let r0: Vec<u16> = values.iter().map(|_| rng.next_u32() as u16).collect();

@@ -1,6 +1,6 @@
 use super::*;
 use crate::bits::{plane_to_bits, to_planes};
-use crate::local::{additive_u16, chi_squared, open_bits, run_three};
+use crate::local::{additive_u16, assert_views_uniform, open_bits, run_three};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use sdk_orb::plaintext::{threshold_coefficient, DotProducts, DEFAULT_THRESHOLD};
@@ -134,16 +134,20 @@ fn dot_products(rng: &mut ChaCha20Rng, a: u32, n: usize) -> Vec<DotProducts> {
     out
 }
 
+/// Additive shares of the pairs' `cd` and of their `md` over Z_{2^16}.
+fn additive_pairs(rng: &mut ChaCha20Rng, pairs: &[DotProducts]) -> ([Vec<u16>; 3], [Vec<u16>; 3]) {
+    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
+    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
+    (additive_u16(rng, &cd), additive_u16(rng, &md))
+}
+
 #[test]
 fn match_bits_equal_the_plaintext_rule() {
     let mut rng = ChaCha20Rng::seed_from_u64(5);
     let a = threshold_coefficient(DEFAULT_THRESHOLD);
     assert_eq!(a, 20_316);
     let pairs = dot_products(&mut rng, a, 2_000);
-    let cd: Vec<u16> = pairs.iter().map(|p| p.cd as u16).collect();
-    let md: Vec<u16> = pairs.iter().map(|p| p.md as u16).collect();
-    let cd_shares = additive_u16(&mut rng, &cd);
-    let md_shares = additive_u16(&mut rng, &md);
+    let (cd_shares, md_shares) = additive_pairs(&mut rng, &pairs);
     let out = run_three(6, |s| {
         let i = s.party().index();
         match_bits(s, &cd_shares[i], &md_shares[i], a).expect("compare")
@@ -242,28 +246,84 @@ fn a_partys_view_of_the_comparison_phase_is_uniform_and_input_independent() {
             };
             match_bits(s, cd, md, a).expect("compare")
         });
-        for (party, (_, _, received)) in out.iter().enumerate() {
-            assert!(!received.is_empty());
-            for (round, (from, message)) in received.iter().enumerate() {
-                assert!(
-                    message.len() >= 64,
-                    "party {party} round {round}: {} bytes",
-                    message.len()
-                );
-                let chi = chi_squared(message);
-                // Small messages get a looser bound; 255 +- 6 standard deviations otherwise.
-                let bound = if message.len() < 4096 { 600.0 } else { 400.0 };
-                assert!(
-                    chi < bound,
-                    "party {party} round {round} from {from:?}: chi-squared {chi}"
-                );
-            }
-        }
-        sizes.push(
-            out.iter()
-                .map(|(_, _, r)| r.iter().map(|(_, m)| m.len()).collect::<Vec<_>>())
-                .collect::<Vec<_>>(),
-        );
+        sizes.push(assert_views_uniform([&out[0].2, &out[1].2, &out[2].2]));
     }
     assert_eq!(sizes[0], sizes[1], "message sizes depend on the inputs");
+}
+
+/// `A` of bucket edges from 0 (`A = 2^16`, past u16) to 0.5 (`A = 0`) in steps of 0.025.
+fn edge_coefficients() -> Vec<u32> {
+    (0..=20)
+        .map(|i| threshold_coefficient(f64::from(i) * 0.025))
+        .collect()
+}
+
+#[test]
+fn compare_each_applies_each_comparisons_own_coefficient() {
+    let mut rng = ChaCha20Rng::seed_from_u64(30);
+    // Each comparison its own edge.
+    let edges = edge_coefficients();
+    let pairs = dot_products(&mut rng, threshold_coefficient(DEFAULT_THRESHOLD), 1_000);
+    let a: Vec<u32> = (0..pairs.len()).map(|e| edges[e % edges.len()]).collect();
+    let (cd_shares, md_shares) = additive_pairs(&mut rng, &pairs);
+    let out = run_three(31, |s| {
+        let i = s.party().index();
+        compare_each(s, &cd_shares[i], &md_shares[i], &a).expect("compare")
+    });
+    let opened = open_bits([&out[0].0.matches, &out[1].0.matches, &out[2].0.matches]);
+    for (e, b) in plane_to_bits(&opened, pairs.len()).into_iter().enumerate() {
+        assert_eq!(b, pairs[e].matches(a[e]), "{:?} at A = {}", pairs[e], a[e]);
+    }
+}
+
+#[test]
+fn compare_each_with_one_coefficient_is_compare() {
+    let mut rng = ChaCha20Rng::seed_from_u64(32);
+    let a = threshold_coefficient(DEFAULT_THRESHOLD);
+    let pairs = dot_products(&mut rng, a, 300);
+    let (cd_shares, md_shares) = additive_pairs(&mut rng, &pairs);
+    let each = vec![a; pairs.len()];
+    let runs = [false, true].map(|per_element| {
+        run_three(33, |s| {
+            let i = s.party().index();
+            let c = if per_element {
+                compare_each(s, &cd_shares[i], &md_shares[i], &each)
+            } else {
+                compare(s, &cd_shares[i], &md_shares[i], a)
+            };
+            c.expect("compare").matches
+        })
+    });
+    for (party, (one, each)) in runs[0].iter().zip(&runs[1]).enumerate() {
+        assert_eq!(one.0, each.0, "party {party}'s bits");
+        assert_eq!(one.2, each.2, "party {party}'s view");
+    }
+}
+
+#[test]
+fn match_bits_at_each_coefficient_equal_the_plaintext_rule_and_share_the_split() {
+    let mut rng = ChaCha20Rng::seed_from_u64(34);
+    let a = edge_coefficients();
+    let n = 64 * 10;
+    let pairs = dot_products(&mut rng, threshold_coefficient(DEFAULT_THRESHOLD), n);
+    let (cd_shares, md_shares) = additive_pairs(&mut rng, &pairs);
+    let out = run_three(35, |s| {
+        let i = s.party().index();
+        match_bits_at_each(s, &cd_shares[i], &md_shares[i], &a).expect("compare")
+    });
+    let bits = plane_to_bits(&open_bits([&out[0].0, &out[1].0, &out[2].0]), n * a.len());
+    for (j, &aj) in a.iter().enumerate() {
+        for (e, p) in pairs.iter().enumerate() {
+            assert_eq!(bits[j * n + e], p.matches(aj), "{p:?} at A = {aj}");
+        }
+    }
+    // Once per (cd, md): the split (parties 0 and 2, 4 bytes), the cross term (parties 0 and
+    // 1, 2 bytes), forwarding q (party 2, 2 bytes). Per comparison: party 1's binary input (4
+    // bytes) and the adder's 62 gates.
+    let m = (n * a.len()) as u64;
+    let n = n as u64;
+    let gates = 62 * m / 8;
+    let sent: Vec<u64> = out.iter().map(|p| p.1.bytes_sent).collect();
+    assert_eq!(sent, [6 * n + gates, 2 * n + 4 * m + gates, 6 * n + gates]);
+    assert_eq!(out[0].1.rounds, 10);
 }
