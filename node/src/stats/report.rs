@@ -349,6 +349,17 @@ fn series(h: &OpenedHistograms) -> Vec<Series> {
     out
 }
 
+const MIDDLE: &str = r#" text-anchor="middle""#;
+
+/// A `<text>` element at (`x`, `y`) with extra `attributes`; `body` is text the chart itself
+/// writes (no markup characters).
+fn text(out: &mut String, x: f64, y: f64, attributes: &str, body: &str) {
+    let _ = writeln!(
+        out,
+        r#"<text x="{x:.1}" y="{y:.1}"{attributes}>{body}</text>"#
+    );
+}
+
 /// The period as a self-contained SVG chart: the impostor, genuine and re-authentication
 /// histograms of the left, right and mirrored distances as densities (fraction of the
 /// population's pairs per unit distance, negative counts drawn as zero), the threshold
@@ -388,18 +399,20 @@ pub fn svg(h: &OpenedHistograms) -> String {
     );
     for i in 0..=10 {
         let d = f64::from(i) * 0.05;
-        let _ = writeln!(
-            out,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">{d:.2}</text>"##,
+        text(
+            &mut out,
             x(d),
-            TOP + plot_h + 16.0
+            TOP + plot_h + 16.0,
+            MIDDLE,
+            &format!("{d:.2}"),
         );
     }
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">fractional Hamming distance (minimum over rotations)</text>"#,
+    text(
+        &mut out,
         LEFT + plot_w / 2.0,
-        HEIGHT - 12.0
+        HEIGHT - 12.0,
+        MIDDLE,
+        "fractional Hamming distance (minimum over rotations)",
     );
     let _ = writeln!(
         out,
@@ -414,13 +427,8 @@ pub fn svg(h: &OpenedHistograms) -> String {
         r##"<line x1="{tx:.1}" y1="{TOP}" x2="{tx:.1}" y2="{}" stroke="#000000" stroke-dasharray="4 4"/>"##,
         TOP + plot_h
     );
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}">threshold {:.3}</text>"#,
-        tx + 4.0,
-        TOP + 12.0,
-        h.threshold
-    );
+    let label = format!("threshold {:.3}", h.threshold);
+    text(&mut out, tx + 4.0, TOP + 12.0, "", &label);
     for (k, s) in all.iter().enumerate() {
         let mut d = String::new();
         for (i, v) in s.density.iter().enumerate() {
@@ -455,13 +463,7 @@ pub fn svg(h: &OpenedHistograms) -> String {
             lx + 24.0,
             s.colour
         );
-        let _ = writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
-            lx + 30.0,
-            ly + 4.0,
-            s.label
-        );
+        text(&mut out, lx + 30.0, ly + 4.0, "", &s.label);
     }
     out.push_str("</svg>\n");
     out
