@@ -198,10 +198,12 @@ pub struct RateEstimate {
 }
 
 /// The noisy number of a population's pairs that match (both eyes below the threshold, as
-/// the decision requires) from the joint histogram, and the number of noisy counts it sums.
-/// The cells sum to the exact pair count, so the matching count is read either directly or
-/// as the pairs less the other cells, whichever sums fewer noisy counts.
-fn matching_count(h: &OpenedHistograms, p: Population) -> Option<(f64, usize)> {
+/// the decision requires) from the joint histogram, and its noise variance in units of one
+/// count's. The cells sum to the exact pair count, so the matching count is read twice,
+/// independently: as the sum of the cells below and as the pairs less the other cells; the
+/// two are combined weighted by the inverse of their variances (`b` and `a` cells), which
+/// leaves `a b / (a + b)` counts' worth of noise.
+fn matching_count(h: &OpenedHistograms, p: Population) -> Option<(f64, f64)> {
     let t = threshold_bucket(h)?;
     let e = h.buckets();
     let joint = h.histogram(p, Comparison::Joint)?;
@@ -216,13 +218,11 @@ fn matching_count(h: &OpenedHistograms, p: Population) -> Option<(f64, usize)> {
             above += c;
         }
     }
-    let below_cells = t * t;
-    let above_cells = e * e - below_cells;
-    Some(if below_cells <= above_cells {
-        (below as f64, below_cells)
-    } else {
-        (pairs(h, p) as f64 - above as f64, above_cells)
-    })
+    let b = (t * t) as f64;
+    let a = (e * e) as f64 - b;
+    let direct = below as f64;
+    let complement = pairs(h, p) as f64 - above as f64;
+    Some(((a * direct + b * complement) / (a + b), a * b / (a + b)))
 }
 
 /// The Wilson score interval for a proportion from `n` trials whose success count carries
@@ -246,14 +246,14 @@ fn rate(h: &OpenedHistograms, p: Population, non_match: bool) -> Option<RateEsti
     if n < MIN_RATE_PAIRS {
         return None;
     }
-    let (matching, cells) = matching_count(h, p)?;
+    let (matching, noise_counts) = matching_count(h, p)?;
     let count = if non_match {
         n as f64 - matching
     } else {
         matching
     };
     let p_hat = count / n as f64;
-    let (low, high) = wilson_with_noise(p_hat, n, cells as f64 * h.noise_variance, Z95);
+    let (low, high) = wilson_with_noise(p_hat, n, noise_counts * h.noise_variance, Z95);
     Some(RateEstimate {
         rate: p_hat,
         low,
@@ -263,8 +263,8 @@ fn rate(h: &OpenedHistograms, p: Population, non_match: bool) -> Option<RateEsti
 }
 
 /// The false match rate at the threshold: the impostor pairs with both eyes below it, over
-/// the impostor pairs, from the joint histogram. The 95 % interval is Wilson's score
-/// interval with the noise variance of the summed counts added to the binomial variance
+/// the impostor pairs, from the joint histogram ([`matching_count`]). The 95 % interval is
+/// Wilson's score interval with the noise variance of that count added to the binomial variance
 /// ([`wilson_with_noise`]). `None` below [`MIN_RATE_PAIRS`] pairs or without the joint
 /// histogram.
 pub fn false_match_rate(h: &OpenedHistograms) -> Option<RateEstimate> {
@@ -565,14 +565,25 @@ mod tests {
         assert_eq!(false_match_rate(&few), None);
     }
 
-    /// The noise of the summed cells: with 16 cells above and 9 below the threshold (of 25),
-    /// the matching count is read from the 9 below.
+    /// With 9 cells below the threshold and 16 above (of 25), the matching count is read as
+    /// the 9 below and as the pairs less the 16 above, weighted 16 : 9, with the noise of
+    /// 9 x 16 / 25 counts.
     #[test]
-    fn the_interval_widens_by_the_noise_of_the_fewer_summed_cells() {
+    fn the_matching_count_combines_both_readings_by_their_noise() {
         let v = 100.0;
         let noisy = false_match_rate(&opened(v)).expect("enough pairs");
-        let (low, high) = wilson_with_noise(0.002, 1000, 9.0 * v, Z95);
-        assert_eq!((noisy.low, noisy.high), (low, high));
+        let (low, high) = wilson_with_noise(0.002, 1000, 9.0 * 16.0 / 25.0 * v, Z95);
+        assert!((noisy.low - low).abs() < 1e-12 && (noisy.high - high).abs() < 1e-12);
+        // Noise that makes the readings disagree: 10 more below, the complement unchanged.
+        let mut h = opened(v);
+        for g in &mut h.histograms {
+            if g.population == Population::Impostor && g.comparison == Comparison::Joint {
+                g.counts[0] += 10;
+            }
+        }
+        let fmr = false_match_rate(&h).expect("enough pairs");
+        let expected = (16.0 * 12.0 + 9.0 * 2.0) / 25.0 / 1000.0;
+        assert!((fmr.rate - expected).abs() < 1e-12, "{}", fmr.rate);
     }
 
     #[test]
@@ -584,8 +595,10 @@ mod tests {
                 g.counts[2 * e + 2] = -3;
             }
         }
+        // Both readings agree on -3: the complement of the 998 above is -3 of 995 pairs.
+        h.impostor_pairs = 995;
         let fmr = false_match_rate(&h).expect("enough pairs");
-        assert!((fmr.rate + 0.003).abs() < 1e-12);
+        assert!((fmr.rate + 3.0 / 995.0).abs() < 1e-12, "{}", fmr.rate);
         assert!(fmr.low >= 0.0 && fmr.high > 0.0 && fmr.high <= 1.0);
     }
 
