@@ -3,11 +3,14 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 use rustls::NamedGroup;
 use sdk_orb::PartyId;
+
+use crate::stats::report::{self, RateEstimate};
+use crate::stats::{Comparison, OpenedHistograms};
 
 /// A party as a label value (`party`, `peer`): its number.
 fn label(party: PartyId) -> String {
@@ -90,6 +93,20 @@ pub struct Metrics {
     /// `ocelli_cpu_engine_info{kernel,p,d,chunk}`: 1 for the CPU engine's kernel, tile shape
     /// and chunk length (none off the CPU engine).
     pub cpu_engine: IntGaugeVec,
+    /// `ocelli_stats_bucket_count{population,comparison,bucket}`: the last opened period's
+    /// noisy count per bucket of the 1D histograms (`bucket`: its lower edge).
+    pub stats_bucket: IntGaugeVec,
+    /// `ocelli_stats_joint_bucket_count{population,left_bucket,right_bucket}`: the same for
+    /// the joint histogram.
+    pub stats_joint_bucket: IntGaugeVec,
+    /// `ocelli_stats_period`: the last opened period.
+    pub stats_period: IntGauge,
+    /// `ocelli_stats_pairs{population}`: pairs the last opened period counted.
+    pub stats_pairs: IntGaugeVec,
+    /// `ocelli_stats_false_match_rate{bound}`: estimate, low and high ends of its interval.
+    pub stats_fmr: GaugeVec,
+    /// `ocelli_stats_false_non_match_rate{bound}`: as for the false match rate.
+    pub stats_fnmr: GaugeVec,
     /// Every metric family name this registry exports (with the `ocelli_` prefix).
     names: Vec<String>,
 }
@@ -242,6 +259,40 @@ impl Metrics {
         )
         .expect("static metric");
         register(Box::new(cpu_engine.clone()));
+        let igv = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric");
+            register(Box::new(c.clone()));
+            c
+        };
+        let stats_bucket = igv(
+            "stats_bucket_count",
+            "Noisy count per bucket of the last opened distance histograms",
+            &["population", "comparison", "bucket"],
+        );
+        let stats_joint_bucket = igv(
+            "stats_joint_bucket_count",
+            "Noisy count per cell of the last opened joint (left by right) distance histograms",
+            &["population", "left_bucket", "right_bucket"],
+        );
+        let stats_period = g("stats_period", "The last opened statistics period");
+        let stats_pairs = igv(
+            "stats_pairs",
+            "Pairs the last opened statistics period counted",
+            &["population"],
+        );
+        let rate = |name: &str, help: &str| {
+            let c = GaugeVec::new(Opts::new(name, help), &["bound"]).expect("static metric");
+            register(Box::new(c.clone()));
+            c
+        };
+        let stats_fmr = rate(
+            "stats_false_match_rate",
+            "False match rate at the threshold from the last opened period (estimate, 95 % low and high)",
+        );
+        let stats_fnmr = rate(
+            "stats_false_non_match_rate",
+            "False non-match rate at the threshold from the last opened period (estimate, 95 % low and high)",
+        );
         Self {
             registry,
             intake,
@@ -267,6 +318,12 @@ impl Metrics {
             batches_aborted,
             tls_handshakes,
             cpu_engine,
+            stats_bucket,
+            stats_joint_bucket,
+            stats_period,
+            stats_pairs,
+            stats_fmr,
+            stats_fnmr,
             names: names.into_inner(),
         }
     }
@@ -311,6 +368,50 @@ impl Metrics {
     /// Counts a failed coordinator round by `cause` (one of [`ABORT_CAUSES`]).
     pub fn batch_aborted(&self, cause: &str) {
         self.batches_aborted.with_label_values(&[cause]).inc();
+    }
+
+    /// Exports an opened period: every bucket's noisy count as opened (negative ones too),
+    /// the pairs per population, and the rate estimates (absent when there are too few pairs).
+    /// Replaces the previous period's series, so changed edges leave none behind.
+    pub fn record_opened_histograms(&self, h: &OpenedHistograms) {
+        self.stats_bucket.reset();
+        self.stats_joint_bucket.reset();
+        let edge = |i: usize| h.edges.get(i).map(|e| format!("{e:.3}"));
+        for g in &h.histograms {
+            let population = report::population_name(g.population);
+            for (k, &count) in g.counts.iter().enumerate() {
+                if g.comparison == Comparison::Joint {
+                    let e = h.buckets().max(1);
+                    if let (Some(l), Some(r)) = (edge(k / e), edge(k % e)) {
+                        self.stats_joint_bucket
+                            .with_label_values(&[population, &l, &r])
+                            .set(count);
+                    }
+                } else if let Some(b) = edge(k) {
+                    self.stats_bucket
+                        .with_label_values(&[population, report::comparison_name(g.comparison), &b])
+                        .set(count);
+                }
+            }
+        }
+        self.stats_period
+            .set(i64::try_from(h.period).unwrap_or(i64::MAX));
+        for p in report::POPULATIONS {
+            let pairs = i64::try_from(report::pairs(h, p)).unwrap_or(i64::MAX);
+            self.stats_pairs
+                .with_label_values(&[report::population_name(p)])
+                .set(pairs);
+        }
+        let set = |gauge: &GaugeVec, estimate: Option<RateEstimate>| {
+            gauge.reset();
+            if let Some(r) = estimate {
+                for (bound, v) in [("estimate", r.rate), ("low", r.low), ("high", r.high)] {
+                    gauge.with_label_values(&[bound]).set(v);
+                }
+            }
+        };
+        set(&self.stats_fmr, report::false_match_rate(h));
+        set(&self.stats_fnmr, report::false_non_match_rate(h));
     }
 
     /// The Prometheus text exposition.
@@ -376,5 +477,91 @@ mod tests {
             .names()
             .iter()
             .any(|n| n == "ocelli_cpu_engine_info"));
+    }
+
+    fn opened(period: u64, edges: Vec<f64>, impostor_joint: Vec<i64>) -> OpenedHistograms {
+        use crate::stats::{Histogram, Population};
+        OpenedHistograms {
+            period,
+            first_batch: 0,
+            last_batch: 9,
+            opened_at_unix_s: 0,
+            threshold: edges[1],
+            edges,
+            epsilon: 1.0,
+            delta: 1e-6,
+            noise_variance: 0.0,
+            impostor_pairs: 40,
+            genuine_pairs: 0,
+            reauthentication_pairs: 3,
+            histograms: vec![
+                Histogram {
+                    population: Population::Impostor,
+                    comparison: Comparison::Left,
+                    counts: vec![-1, 4, 37],
+                },
+                Histogram {
+                    population: Population::Impostor,
+                    comparison: Comparison::Joint,
+                    counts: impostor_joint,
+                },
+            ],
+        }
+    }
+
+    fn series<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .collect()
+    }
+
+    #[test]
+    fn an_opened_period_is_exported_per_bucket_with_its_rates() {
+        let metrics = Metrics::new(sdk_orb::PartyId::ALL[0]);
+        // Edges 0.1, 0.3 (the threshold), 0.4; 2 of 40 impostor pairs with both eyes below.
+        let joint = vec![2, 0, 0, 0, 30, 0, 0, 0, 8];
+        metrics.record_opened_histograms(&opened(3, vec![0.1, 0.3, 0.4], joint));
+        let text = metrics.render();
+        let buckets = series(&text, "ocelli_stats_bucket_count");
+        assert_eq!(
+            buckets,
+            [
+                r#"ocelli_stats_bucket_count{bucket="0.100",comparison="left",population="impostor",party="0"} -1"#,
+                r#"ocelli_stats_bucket_count{bucket="0.300",comparison="left",population="impostor",party="0"} 4"#,
+                r#"ocelli_stats_bucket_count{bucket="0.400",comparison="left",population="impostor",party="0"} 37"#,
+            ]
+        );
+        assert!(text.contains(
+            r#"ocelli_stats_joint_bucket_count{left_bucket="0.300",population="impostor",right_bucket="0.300",party="0"} 30"#
+        ));
+        assert_eq!(series(&text, "ocelli_stats_joint_bucket_count").len(), 9);
+        assert_eq!(
+            series(&text, "ocelli_stats_period"),
+            [r#"ocelli_stats_period{party="0"} 3"#]
+        );
+        assert!(text.contains(r#"ocelli_stats_pairs{population="impostor",party="0"} 40"#));
+        assert!(text.contains(r#"ocelli_stats_pairs{population="reauthentication",party="0"} 3"#));
+        assert!(text.contains(r#"ocelli_stats_false_match_rate{bound="estimate",party="0"} 0.05"#));
+        assert_eq!(series(&text, "ocelli_stats_false_match_rate").len(), 3);
+        // Three re-authentications are too few for a rate.
+        assert!(series(&text, "ocelli_stats_false_non_match_rate").is_empty());
+
+        // The next period with other edges replaces every bucket series.
+        metrics.record_opened_histograms(&opened(4, vec![0.0, 0.2, 0.5], vec![0; 9]));
+        let text = metrics.render();
+        let buckets = series(&text, "ocelli_stats_bucket_count");
+        assert_eq!(buckets.len(), 3);
+        assert!(buckets.iter().all(|l| !l.contains("0.100")), "{buckets:?}");
+        assert!(text.contains(r#"ocelli_stats_false_match_rate{bound="estimate",party="0"} 0"#));
+        for name in [
+            "ocelli_stats_bucket_count",
+            "ocelli_stats_joint_bucket_count",
+            "ocelli_stats_period",
+            "ocelli_stats_pairs",
+            "ocelli_stats_false_match_rate",
+            "ocelli_stats_false_non_match_rate",
+        ] {
+            assert!(metrics.names().iter().any(|n| n == name), "{name}");
+        }
     }
 }

@@ -97,3 +97,6 @@ impl OpenedHistograms {
             .find(|h| h.population == population && h.comparison == comparison)
     }
 }
+
+pub mod privacy;
+pub mod report;
