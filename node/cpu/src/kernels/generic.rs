@@ -60,7 +60,7 @@ pub const BLOCK: usize = 16;
 /// and the lanes are added up at the end. The query panel is laid out in blocks
 /// ([`crate::engine::regroup`]): coefficients `16 * b..16 * b + 16` of every row side by
 /// side, then block `b + 1`, the last block as long as what is left. A broadcast takes a
-/// vector port on Zen 2 and 3 beside the `vpmaddwd` and `vpaddd`; here both operands are
+/// vector pipe on Zen 3 (in llvm-mca's model) beside the `vpmaddwd` and `vpaddd`; here both operands are
 /// plain loads kept in registers: query rows `G` at a time against all `D` database rows,
 /// `G * D` accumulators for `G + D` loads.
 ///
