@@ -128,6 +128,34 @@ pub(crate) fn interleave(q: &[u16], len: usize, p: usize, pool: &ScratchPool) ->
     out
 }
 
+/// Rewrites each panel of `p` rows laid out by [`interleave`] into blocks of `block`
+/// coefficients: block `b` of every row side by side (`block` each, fewer in the last
+/// block), then block `b + 1`. A chunk starting at a multiple of `block` is still one run
+/// of its panel. Nothing changes where `block` is 2.
+pub(crate) fn regroup(panels: &mut [u16], len: usize, p: usize, block: usize) {
+    if block == 2 {
+        return;
+    }
+    panels.par_chunks_mut(p * len).for_each(|panel| {
+        let pairs = Zeroizing::new(panel.to_vec());
+        let mut out = panel.iter_mut();
+        for k0 in (0..len).step_by(block) {
+            for i in 0..p {
+                for c in k0..(k0 + block).min(len) {
+                    *out.next().expect("as long as the panel") =
+                        pairs[c / 2 * 2 * p + 2 * i + c % 2];
+                }
+            }
+        }
+    });
+}
+
+/// A chunk length `tile` can start chunks at: even, at least 2, and whole blocks of its
+/// query layout ([`Tile::query_block`]).
+fn chunk_for(tile: Tile, chunk: usize) -> usize {
+    (chunk.max(2) & !1).next_multiple_of(tile.query_block())
+}
+
 /// A tile function of the loop nests that reads database rows contiguous.
 fn contiguous<const P: usize, const D: usize>(
     tile: impl Fn(&[u16], &[u16], usize, usize, &mut Acc<P, D>) + Sync,
@@ -473,7 +501,7 @@ impl CpuEngine {
             .map_err(|_| CpuError::Threads(threads))?;
         Ok(CpuEngine {
             tile,
-            chunk: chunk.max(2) & !1,
+            chunk: chunk_for(tile, chunk),
             pool: Some(pool),
         })
     }
@@ -482,7 +510,7 @@ impl CpuEngine {
     pub(crate) fn on_current_pool(tile: Tile, chunk: usize) -> CpuEngine {
         CpuEngine {
             tile,
-            chunk: chunk.max(2) & !1,
+            chunk: chunk_for(tile, chunk),
             pool: None,
         }
     }
@@ -508,6 +536,16 @@ impl CpuEngine {
             Some(pool) => pool.install(f),
             None => f(),
         }
+    }
+
+    /// Rows of `len` in the panels this engine's tile reads.
+    fn lay_out(&self, rows: &[u16], len: usize, pool: &ScratchPool) -> ScratchVec {
+        let p = self.tile.panel_rows();
+        self.install(|| {
+            let mut panels = interleave(rows, len, p, pool);
+            regroup(&mut panels, len, p, self.tile.query_block());
+            panels
+        })
     }
 
     /// [`Backend::dot`] for queries laid out by [`interleave`] for this engine's kernel.
@@ -637,18 +675,17 @@ impl Backend for CpuEngine {
             assert!(out.is_empty());
             return;
         }
-        let p = self.tile.panel_rows();
         let nd = db.len() / len;
         if nd >= nq {
             // Queries given as rows are laid out for this call alone: nothing to keep.
             let once = ScratchPool::keeping(0);
-            let panels = self.install(|| interleave(queries, len, p, &once));
+            let panels = self.lay_out(queries, len, &once);
             self.dot_panels(&panels, nq, db, len, out);
         } else {
             // Fewer database rows: those are laid out, the queries read in place, and the
             // results transposed (a request against a few candidates or one entry).
             let once = ScratchPool::keeping(0);
-            let panels = self.install(|| interleave(db, len, p, &once));
+            let panels = self.lay_out(db, len, &once);
             let mut transposed = vec![0u16; nd * nq];
             self.dot_panels(&panels, nd, queries, len, &mut transposed);
             for (d, results) in transposed.chunks_exact(nq).enumerate() {
@@ -665,7 +702,7 @@ impl Backend for CpuEngine {
         CpuQueries {
             rows,
             layout: Layout::Panels(panel),
-            data: self.install(|| interleave(&queries, len, panel, queries.pool())),
+            data: self.lay_out(&queries, len, queries.pool()),
         }
     }
 
@@ -695,6 +732,7 @@ impl Backend for CpuEngine {
                         let first = j * p / LEAF_LAGS;
                         let rows = (leaf_rows - j * p).min(p);
                         correlate::lagged_panel(|b| leaf(first + b, s), rows, p, panel);
+                        regroup(panel, n, p, self.tile.query_block());
                     });
             }
         });

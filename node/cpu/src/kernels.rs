@@ -674,10 +674,12 @@ mod tests {
     /// Every tile adds the wrapping dot products of its rows to non-zero accumulators, with
     /// database rows in place (stride above the length), in couples of every width the
     /// tile takes, with an odd last pair, and with the extreme value -32768 whose pair of
-    /// products overflows i32.
+    /// products overflows i32. Query rows laid out for a tile that reads them in blocks of
+    /// `block` coefficients ([`crate::Tile::query_block`]).
     fn check<const P: usize, const D: usize>(
         tile: impl Fn(&[u16], &[u16], usize, usize, &mut Acc<P, D>),
         couples: &[usize],
+        block: usize,
     ) {
         let mut rng = ChaCha20Rng::seed_from_u64(7);
         let shapes = couples.iter().flat_map(|&c| [(128, c), (126, c)]);
@@ -698,13 +700,9 @@ mod tests {
                     *a = start(i, j);
                 }
             }
-            tile(
-                &crate::engine::interleave(&q, len, P, &ScratchPool::default()),
-                &d,
-                stride,
-                couple,
-                &mut acc,
-            );
+            let mut panel = crate::engine::interleave(&q, len, P, &ScratchPool::default());
+            crate::engine::regroup(&mut panel, len, P, block);
+            tile(&panel, &d, stride, couple, &mut acc);
             for (j, row) in acc.iter().enumerate() {
                 for (i, &a) in row.iter().enumerate() {
                     let expected = (0..len).fold(start(i, j), |s, k| {
@@ -720,17 +718,19 @@ mod tests {
     #[test]
     fn every_tile_adds_the_dot_products_of_its_rows() {
         let couples = [CONTIGUOUS, crate::correlate::DIRECT_COUPLE];
-        check::<SCALAR_P, SCALAR_D>(tile_scalar, &couples);
+        check::<SCALAR_P, SCALAR_D>(tile_scalar, &couples, 2);
         if let Some(cpu) = Avx512Vnni::detect() {
             check(
                 |q, d, s, c, acc| tile_avx512_vnni(cpu, q, d, s, c, acc),
                 &couples,
+                2,
             );
         }
         if let Some(cpu) = Avx2::detect() {
             check(
                 |q, d, s, _, acc| tile_avx2(cpu, q, d, s, acc),
                 &[CONTIGUOUS],
+                2,
             );
         }
     }
@@ -748,7 +748,7 @@ mod tests {
                         } else {
                             &[CONTIGUOUS]
                         };
-                        check::<$p, $d>($tile, couples)
+                        check::<$p, $d>($tile, couples, tile.query_block())
                     }};
                 }
                 crate::tile::dispatch!(tile, go);

@@ -26,6 +26,13 @@ pub enum Tile {
     Avx2x16x4(Avx2),
     /// AVX2, 32 x 2: 8 accumulators, four query vectors per two broadcasts.
     Avx2x32x2(Avx2),
+    /// AVX2, 24 x 3 without broadcasts, query rows three at a time: 9 accumulators of lane
+    /// sums, 6 loads per 9 `vpmaddwd`, queries laid out in blocks
+    /// ([`crate::kernels::generic::tile_avx2_blocks`]).
+    Avx2Blocks24x3(Avx2),
+    /// AVX2, 32 x 4 without broadcasts, query rows two at a time: 8 accumulators, 6 loads per
+    /// 8, queries laid out in blocks.
+    Avx2Blocks32x4(Avx2),
     /// Portable, 8 x 4.
     Scalar8x4,
 }
@@ -54,6 +61,8 @@ impl Tile {
                 Tile::Avx2x8x12(cpu),
                 Tile::Avx2x16x4(cpu),
                 Tile::Avx2x32x2(cpu),
+                Tile::Avx2Blocks24x3(cpu),
+                Tile::Avx2Blocks32x4(cpu),
             ],
             Kernel::Scalar => vec![Tile::Scalar8x4],
         }
@@ -75,7 +84,9 @@ impl Tile {
             Tile::Avx2x16x6(cpu)
             | Tile::Avx2x8x12(cpu)
             | Tile::Avx2x16x4(cpu)
-            | Tile::Avx2x32x2(cpu) => Kernel::Avx2(cpu),
+            | Tile::Avx2x32x2(cpu)
+            | Tile::Avx2Blocks24x3(cpu)
+            | Tile::Avx2Blocks32x4(cpu) => Kernel::Avx2(cpu),
             Tile::Scalar8x4 => Kernel::Scalar,
         }
     }
@@ -90,6 +101,8 @@ impl Tile {
             Tile::Avx2x8x12(_) => (8, 12),
             Tile::Avx2x16x4(_) => (16, 4),
             Tile::Avx2x32x2(_) => (32, 2),
+            Tile::Avx2Blocks24x3(_) => (24, 3),
+            Tile::Avx2Blocks32x4(_) => (32, 4),
             Tile::Scalar8x4 => (SCALAR_P, SCALAR_D),
         }
     }
@@ -97,6 +110,16 @@ impl Tile {
     /// Query rows per panel: the layout the engine's queries are prepared in.
     pub fn panel_rows(self) -> usize {
         self.shape().0
+    }
+
+    /// Coefficients of a row side by side in a query panel: 2 where a panel holds pair `k`
+    /// of every row, then pair `k + 1` ([`crate::kernels`]), more where the tile reads rows
+    /// in longer blocks ([`crate::engine::regroup`]). Chunks start at multiples of it.
+    pub fn query_block(self) -> usize {
+        match self {
+            Tile::Avx2Blocks24x3(_) | Tile::Avx2Blocks32x4(_) => crate::kernels::generic::BLOCK,
+            _ => 2,
+        }
     }
 }
 
@@ -167,6 +190,24 @@ macro_rules! dispatch {
                 move |q, d, s, c, acc| {
                     debug_assert_eq!(c, CONTIGUOUS);
                     generic::tile_avx2(cpu, q, d, s, acc)
+                },
+                false
+            ),
+            Tile::Avx2Blocks24x3(cpu) => $go!(
+                24,
+                3,
+                move |q, d, s, c, acc| {
+                    debug_assert_eq!(c, CONTIGUOUS);
+                    generic::tile_avx2_blocks::<24, 3, 3>(cpu, q, d, s, acc)
+                },
+                false
+            ),
+            Tile::Avx2Blocks32x4(cpu) => $go!(
+                32,
+                4,
+                move |q, d, s, c, acc| {
+                    debug_assert_eq!(c, CONTIGUOUS);
+                    generic::tile_avx2_blocks::<32, 4, 2>(cpu, q, d, s, acc)
                 },
                 false
             ),

@@ -21,7 +21,7 @@ use crate::{CpuEngine, Kernel, Tile};
 
 /// The tuner's version: a cached choice made by another version is measured again (the
 /// candidates or the workload changed).
-pub const TUNER_VERSION: u32 = 1;
+pub const TUNER_VERSION: u32 = 2;
 
 /// Chunk lengths the tuner tries ([`CHUNK`] is the default).
 pub const CHUNKS: [usize; 3] = [1024, CHUNK, 4096];

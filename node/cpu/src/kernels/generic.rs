@@ -52,6 +52,65 @@ pub fn tile_avx2<const P: usize, const D: usize>(
     unreachable!("no token exists off x86_64")
 }
 
+/// Coefficients per row in a block of the layout [`tile_avx2_blocks`] reads: one ymm of i16.
+pub const BLOCK: usize = 16;
+
+/// AVX2 tile of `P` query rows by `D` database rows without broadcasts, contiguous: each lane
+/// of an accumulator sums a pair of one query row against the same pair of one database row,
+/// and the lanes are added up at the end. The query panel is laid out in blocks
+/// ([`crate::engine::regroup`]): coefficients `16 * b..16 * b + 16` of every row side by
+/// side, then block `b + 1`, the last block as long as what is left. A broadcast takes a
+/// vector pipe on Zen 3 (in llvm-mca's model) beside the `vpmaddwd` and `vpaddd`; here both operands are
+/// plain loads kept in registers: query rows `G` at a time against all `D` database rows,
+/// `G * D` accumulators for `G + D` loads.
+///
+/// # Panics
+/// If `qp` is not `P` rows of one even length, or `d` is too short for it.
+pub fn tile_avx2_blocks<const P: usize, const D: usize, const G: usize>(
+    _cpu: Avx2,
+    qp: &[u16],
+    d: &[u16],
+    d_stride: usize,
+    acc: &mut Acc<P, D>,
+) {
+    let pairs = check_tile(qp, P, d, d_stride, CONTIGUOUS, D);
+    let blocks = 2 * pairs / BLOCK;
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the token proves the CPU has the target feature; the lengths were checked.
+        unsafe { x86::tile_avx2_blocks::<P, D, G>(qp, d, d_stride, blocks, acc) };
+        last_block(qp, d, d_stride, blocks * BLOCK, acc);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("no token exists off x86_64")
+}
+
+/// The last, shorter block of [`tile_avx2_blocks`] from coefficient `done` on: its rows side
+/// by side, as many coefficients each as are left.
+#[cfg(target_arch = "x86_64")]
+fn last_block<const P: usize, const D: usize>(
+    qp: &[u16],
+    d: &[u16],
+    d_stride: usize,
+    done: usize,
+    acc: &mut Acc<P, D>,
+) {
+    let rest = qp.len() / P - done;
+    if rest == 0 {
+        return;
+    }
+    let s = |x: u16| i32::from(x as i16);
+    for (j, row) in acc.iter_mut().enumerate() {
+        let dr = &d[j * d_stride + done..][..rest];
+        for (a, q) in row.iter_mut().zip(qp[P * done..].chunks_exact(rest)) {
+            *a = q
+                .iter()
+                .zip(dr)
+                .fold(*a, |a, (&q, &d)| a.wrapping_add(s(q).wrapping_mul(s(d))));
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::Acc;
@@ -171,5 +230,59 @@ mod x86 {
                 unsafe { _mm256_storeu_si256(row.as_mut_ptr().add(8 * i).cast(), a[i]) };
             }
         }
+    }
+
+    /// [`super::tile_avx2_blocks`] on `blocks` whole blocks.
+    ///
+    /// # Safety
+    /// The CPU must support `avx2`; `qp` must hold `blocks` blocks of `P` rows of
+    /// [`super::BLOCK`] coefficients, and `d` `D` rows of at least `16 * blocks` elements
+    /// starting `d_stride` elements apart.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::needless_range_loop)]
+    pub unsafe fn tile_avx2_blocks<const P: usize, const D: usize, const G: usize>(
+        qp: &[u16],
+        d: &[u16],
+        d_stride: usize,
+        blocks: usize,
+        acc: &mut Acc<P, D>,
+    ) {
+        const { assert!(P.is_multiple_of(G) && G * D + G + D < 16) };
+        const B: usize = super::BLOCK;
+        for g in (0..P).step_by(G) {
+            let mut a = [[_mm256_setzero_si256(); G]; D];
+            let (mut q, mut dp) = (unsafe { qp.as_ptr().add(g * B) }, d.as_ptr());
+            for _ in 0..blocks {
+                // SAFETY: block b reads `G` rows of 16 elements of `qp` at `(b * P + g) * 16`
+                // and 16 elements at `j * d_stride + 16 * b` of each database row (j < D):
+                // inside the slices (the caller's contract). Unaligned loads are allowed.
+                let mut x = [_mm256_setzero_si256(); G];
+                for i in 0..G {
+                    x[i] = unsafe { _mm256_loadu_si256(q.add(B * i).cast()) };
+                }
+                for j in 0..D {
+                    let y = unsafe { _mm256_loadu_si256(dp.add(j * d_stride).cast()) };
+                    for i in 0..G {
+                        a[j][i] = _mm256_add_epi32(a[j][i], _mm256_madd_epi16(x[i], y));
+                    }
+                }
+                q = unsafe { q.add(B * P) };
+                dp = unsafe { dp.add(B) };
+            }
+            for (row, a) in acc.iter_mut().zip(a) {
+                for i in 0..G {
+                    row[g + i] = row[g + i].wrapping_add(sum_lanes(a[i]));
+                }
+            }
+        }
+    }
+
+    /// The wrapping sum of the eight i32 lanes of `v`.
+    #[target_feature(enable = "avx2")]
+    fn sum_lanes(v: __m256i) -> i32 {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
     }
 }
