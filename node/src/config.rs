@@ -377,6 +377,10 @@ pub struct MatchingConfig {
     /// the fastest (kept per CPU model in `cpu-tuning.toml` in `data_dir`, so only the first
     /// start measures); false, or `OCELLI_CPU_TUNING=off`, runs the defaults.
     pub cpu_tuning: bool,
+    /// The CPU engine's kernel: `auto` (the fastest this CPU runs), or one of `avx512-vnni`,
+    /// `avx2`, `scalar` (to compare kernels on one machine, or to keep one across a fleet);
+    /// a kernel this CPU cannot run stops the start.
+    pub cpu_kernel: String,
     /// How long to wait for a peer's message within a protocol round, ms.
     pub round_timeout_ms: u64,
     /// Mirror-attack detection: also match each uniqueness request's and check's mirrored
@@ -399,6 +403,7 @@ impl Default for MatchingConfig {
             gpu_devices: vec![0],
             threads: 0,
             cpu_tuning: true,
+            cpu_kernel: "auto".to_owned(),
             round_timeout_ms: 120_000,
             mirror_detection: true,
             lookback: 0,
@@ -844,6 +849,13 @@ impl NodeConfig {
                 GPU_NOT_BUILT
             )));
         }
+        let kernel = self.matching.cpu_kernel.as_str();
+        if kernel != "auto" && !ocelli_cpu::Kernel::NAMES.contains(&kernel) {
+            return Err(ConfigError::Invalid(format!(
+                "matching.cpu_kernel {kernel:?}: auto or one of {}",
+                ocelli_cpu::Kernel::NAMES.join(", ")
+            )));
+        }
         if self.matching.gpu_devices.is_empty() {
             return bad("matching.gpu_devices must list at least one device");
         }
@@ -1154,6 +1166,25 @@ cert = "p2.pem"
         c.store.tls = tls;
         c.store.tls_ca = ca.map(Path::to_owned);
         c
+    }
+
+    /// `matching.cpu_kernel` names a kernel or `auto`; the CPU engine's tuning runs the named
+    /// one, and a name it does not know stops the start.
+    #[test]
+    fn the_cpu_kernel_is_chosen_by_name() -> Result<(), Box<dyn std::error::Error>> {
+        let mut c = NodeConfig::from_toml(SAMPLE)?;
+        assert_eq!(c.matching.cpu_kernel, "auto");
+        c.matching.cpu_tuning = false;
+        c.matching.cpu_kernel = "scalar".to_owned();
+        c.validate()?;
+        let tuning = crate::matching::cpu_tuning(&c)?;
+        assert_eq!(tuning.tile.kernel(), ocelli_cpu::Kernel::Scalar);
+        c.matching.cpu_kernel = "avx3".to_owned();
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid(m)) if m.contains("cpu_kernel")));
+        c.apply_env(|k| (k == "OCELLI_MATCHING_CPU_KERNEL").then(|| "auto".to_owned()))?;
+        assert_eq!(c.matching.cpu_kernel, "auto");
+        c.validate()?;
+        Ok(())
     }
 
     #[test]

@@ -90,15 +90,19 @@ pub fn cpu(
     }
 }
 
-/// The tile and chunk the CPU engine of `config` runs with the fastest kernel here: kept in
-/// the data directory for this CPU model, measured now where none is kept, or the defaults
-/// where tuning is off ([`ocelli_cpu::tune`]). Logs the choice on one line.
+/// The tile and chunk the CPU engine of `config` runs with its kernel (`matching.cpu_kernel`,
+/// the fastest here when `auto`): kept in the data directory for this CPU model, measured now
+/// where none is kept, or the defaults where tuning is off ([`ocelli_cpu::tune`]). Logs the
+/// choice on one line.
 ///
 /// # Errors
-/// The tuner's thread cannot start.
+/// A kernel this CPU cannot run, or the tuner's thread cannot start.
 pub fn cpu_tuning(config: &NodeConfig) -> Result<ocelli_cpu::Tuning, ocelli_cpu::CpuError> {
     use ocelli_cpu::tune::{self, Source};
-    let kernel = ocelli_cpu::Kernel::detect();
+    let kernel = match config.matching.cpu_kernel.as_str() {
+        "auto" => ocelli_cpu::Kernel::detect(),
+        name => ocelli_cpu::Kernel::by_name(name)?,
+    };
     let (tuning, source, seconds) = if config.matching.cpu_tuning && !tune::skipped_by_env() {
         let path = config.data_dir.join(tune::FILE_NAME);
         match tune::cached_or_tuned(&path, kernel, tune::BUDGET)? {
