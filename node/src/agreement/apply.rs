@@ -500,6 +500,7 @@ fn write(
         finals: finals.writes,
         shares,
         next_serial,
+        stats: None,
     };
     state.store.apply_batch(&write)?;
     finish_in_memory(state, &write, finals.signed);
