@@ -90,10 +90,9 @@ fn top_bits(md: &[u16]) -> Vec<u16> {
 fn cross_term<T: Transport>(
     session: &mut Session<'_, T>,
     md: &[u16],
-    a: u32,
+    a: Coefficients<'_>,
 ) -> Result<Vec<u16>, NetworkError> {
     let n = md.len();
-    let a16 = a as u16;
     let top = top_bits(md);
     session.round();
     match session.party().index() {
@@ -114,7 +113,7 @@ fn cross_term<T: Transport>(
             let k1: Vec<u16> = (0..n)
                 .map(|e| {
                     w1[e]
-                        .wrapping_add(a16.wrapping_mul(top[e]))
+                        .wrapping_add((a.at(e) as u16).wrapping_mul(top[e]))
                         .wrapping_sub(p[e])
                 })
                 .collect();
@@ -161,7 +160,7 @@ fn exchange_parts<T: Transport>(
     cd: &[u16],
     md: &[u16],
     mut cross: Vec<u16>,
-    a: u32,
+    a: Coefficients<'_>,
 ) -> Result<XParts, NetworkError> {
     let n = md.len();
     let planes = X_BITS * words_for(n);
@@ -219,12 +218,12 @@ fn exchange_parts<T: Transport>(
 /// A holder's part of `x = A md - 2^16 cd` in Z_{2^32}: `A m - 2^16 (c + A t - k)` for its
 /// parts `m`, `c`, top bit `t` and cross-term part `k`. `2^16 y` in Z_{2^32} depends only on
 /// `y` mod 2^16, so the bracket is formed over Z_{2^16}.
-fn x_part(md: &[u16], cd: &[u16], top: &[u16], cross: &[u16], a: u32) -> Vec<u32> {
-    let a16 = a as u16;
+fn x_part(md: &[u16], cd: &[u16], top: &[u16], cross: &[u16], a: Coefficients<'_>) -> Vec<u32> {
     (0..md.len())
         .map(|e| {
+            let a = a.at(e);
             let high = cd[e]
-                .wrapping_add(a16.wrapping_mul(top[e]))
+                .wrapping_add((a as u16).wrapping_mul(top[e]))
                 .wrapping_sub(cross[e]);
             a.wrapping_mul(u32::from(md[e]))
                 .wrapping_sub(u32::from(high) << 16)
@@ -265,6 +264,52 @@ pub fn compare<T: Transport>(
     cd: &[u16],
     md: &[u16],
     a: u32,
+) -> Result<Comparison, NetworkError> {
+    compare_with(session, cd, md, Coefficients::One(a))
+}
+
+/// [`compare`] with a coefficient per comparison: `a[e]` for comparison `e`, e.g. a bucket
+/// edge each. The same rounds, messages and draws as [`compare`]; `A` enters only local
+/// arithmetic and party 1's cross-term message.
+///
+/// # Errors
+/// Transport failures.
+///
+/// # Panics
+/// If the inputs and `a` differ in length.
+pub fn compare_each<T: Transport>(
+    session: &mut Session<'_, T>,
+    cd: &[u16],
+    md: &[u16],
+    a: &[u32],
+) -> Result<Comparison, NetworkError> {
+    assert_eq!(cd.len(), a.len());
+    compare_with(session, cd, md, Coefficients::Each(a))
+}
+
+/// The coefficient `A` of each comparison.
+#[derive(Clone, Copy)]
+enum Coefficients<'a> {
+    /// One for all.
+    One(u32),
+    /// One per comparison.
+    Each(&'a [u32]),
+}
+
+impl Coefficients<'_> {
+    fn at(self, e: usize) -> u32 {
+        match self {
+            Coefficients::One(a) => a,
+            Coefficients::Each(a) => a[e],
+        }
+    }
+}
+
+fn compare_with<T: Transport>(
+    session: &mut Session<'_, T>,
+    cd: &[u16],
+    md: &[u16],
+    a: Coefficients<'_>,
 ) -> Result<Comparison, NetworkError> {
     assert_eq!(cd.len(), md.len());
     let n = cd.len();

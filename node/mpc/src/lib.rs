@@ -17,6 +17,8 @@
 //! - The pipeline: [`pipeline`] (one party's batch), [`requests`] (request types to pipeline
 //!   roles and outcomes), [`wellformed`] (the check that enrolled shares encode a template),
 //!   [`recovery`], [`synthetic`] (synthetic irises).
+//! - Distance statistics: [`stats`] (bucket counts of chosen pairs as shares, the impostor
+//!   sample and the noisy opening).
 //!
 //! The compute backends live in crates of their own (`ocelli-cpu`, `ocelli-gpu`, with
 //! `ocelli-device` for the comparison phase on a kernel device); the SIMD code this crate
@@ -44,6 +46,7 @@ pub mod requests;
 pub mod scratch;
 pub mod session;
 pub mod share;
+pub mod stats;
 pub mod synthetic;
 pub mod wellformed;
 

@@ -290,6 +290,27 @@ impl CorrelatedRandomness {
         draw(&mut self.prev, n)
     }
 
+    /// `n` u32 from the stream shared with the next party.
+    pub fn next_u32(&mut self, n: usize) -> Vec<u32> {
+        draw(&mut self.next, n)
+    }
+
+    /// `n` u32 from the stream shared with the previous party.
+    pub fn prev_u32(&mut self, n: usize) -> Vec<u32> {
+        draw(&mut self.prev, n)
+    }
+
+    /// An additive zero-sharing of `n` words over Z_{2^32}: `next - prev`, which sums to zero
+    /// over the three parties. Draws `n` u32 from each stream.
+    pub fn zero_u32(&mut self, n: usize) -> Vec<u32> {
+        let next = self.next_u32(n);
+        let prev = self.prev_u32(n);
+        next.iter()
+            .zip(&prev)
+            .map(|(a, b)| a.wrapping_sub(*b))
+            .collect()
+    }
+
     /// `n` u64 words of bits from the stream shared with the next party.
     pub fn next_bits(&mut self, n: usize) -> Vec<u64> {
         draw(&mut self.next, n)

@@ -111,6 +111,25 @@ impl<T: Word> Replicated<T> {
     }
 }
 
+impl<T: Word> Replicated<T> {
+    /// Both components as bytes, to keep a share at rest: `own` then `prev`, each word
+    /// little-endian.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = encode(&self.own);
+        out.extend_from_slice(&encode(&self.prev));
+        out
+    }
+
+    /// Parses [`Replicated::to_bytes`]; `None` unless `bytes` is two equal runs of whole words.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Replicated<T>> {
+        if !bytes.len().is_multiple_of(2 * T::BYTES) {
+            return None;
+        }
+        let (own, prev) = bytes.split_at(bytes.len() / 2);
+        Some(Replicated::new(decode(own)?, decode(prev)?))
+    }
+}
+
 impl Replicated<u64> {
     /// XOR of two shared bit vectors (local).
     pub fn xor(&self, other: &Replicated<u64>) -> Replicated<u64> {

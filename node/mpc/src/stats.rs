@@ -1,0 +1,682 @@
+//! Distance statistics: bucket counts of the fractional Hamming distance (the minimum over
+//! the 31 rotations, as the decision takes it) of chosen (query, database row) pairs,
+//! counted as replicated shares over Z_{2^32} and opened with noise no single party knows.
+//! Nothing per pair is ever opened.
+//!
+//! Counting ([`count_pairs`]), for `P` pairs and `E` bucket edges `e_0 < ... < e_{E-1}`:
+//!
+//! - Dot products of each pair's 31 rotations, both eyes, for the query and its mirror
+//!   ([`sdk_orb::mirror`]), on the [`Backend`]: `4 * 31 * P` pairs of `(cd, md)`.
+//! - Cumulative bits: for each of those four comparisons and each edge `e_j`, `j >= 1`, the
+//!   bit `min over rotations d < e_j`, the OR over the rotations of the strict match bit at
+//!   `A_j = threshold_coefficient(e_j)` (the decision's own rule). All `4 * 31 * (E - 1) * P`
+//!   comparisons run as one [`compare_each`] (10 rounds), then one OR tree (5 rounds).
+//!   `e_0` needs no bit: bucket 0 also holds the distances below it.
+//! - Joint: the AND of each left bit at `e_j` with each right bit at `e_k`, `(E - 1)^2 * P`
+//!   gates in one round.
+//! - B2A: each XOR-shared bit `b = c_0 ^ c_1 ^ c_2` becomes an arithmetic share by
+//!   `t = c_0 + c_1 - 2 c_0 c_1`, `b = t + c_2 - 2 t c_2` (two multiplication rounds over
+//!   Z_{2^32}, every bit at once).
+//! - Buckets: per population, sums over its pairs (local); bucket `i` is the difference of
+//!   the cumulative counts at `e_{i+1}` and `e_i` (the count of the population's pairs above
+//!   the last edge, a public number, closes the last bucket); the joint buckets are second
+//!   differences of the 2D cumulative counts. All linear, so local.
+//!
+//! Rounds: 18. Bytes each party sends per pair: `31 * 4 * (E - 1) * 13.75` for the
+//! comparisons, `4 * (E - 1) * 31 / 8` for the OR tree, `(E - 1)^2 / 8` for the joint AND and
+//! `8 * (4 (E - 1) + (E - 1)^2)` for the B2A; with 22 edges about 41 KB per pair, nearly all
+//! of it the comparisons.
+//!
+//! Opening ([`open_noisy`]): the replicated counts become a fresh three-out-of-three additive
+//! sharing, re-randomised by a zero-sharing from the pairwise streams, so a neighbour that
+//! holds a party's replicated component learns nothing from its additive share; each party
+//! adds its own noise ([`skellam`], drawn from its own randomness) and sends the sum to both
+//! others. One round, 8 bytes per count from each party.
+//!
+//! The pairs: the impostor sample is drawn by [`sample_impostor_pairs`] from a seed no party
+//! picks ([`joint_seed`], opened from the pairwise streams).
+//!
+//! Differences from the interface first agreed: `count_pairs` takes the queries as each
+//! request's shares (`queries[StatsPair::query]`) and prepares them itself, as the pipeline
+//! does not keep its prepared queries past a batch; `edge_coefficients` holds one
+//! coefficient per edge, `e_0`'s included (it is not compared).
+
+use std::collections::{BTreeMap, HashSet};
+
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use sdk_orb::rotation::ROTATION_COUNT;
+use sdk_orb::shamir::PartyShares;
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+use crate::backend::Backend;
+use crate::bits::words_for;
+use crate::circuit::SharedBits;
+use crate::compare::{compare_each, or_blocks};
+use crate::db::{Eye, MatchDb, Part};
+use crate::network::{NetworkError, Peer, Transport};
+use crate::pipeline::QueryMatrix;
+use crate::scratch::ScratchPool;
+use crate::session::Session;
+use crate::share::Replicated;
+
+/// Domain of the hash that turns the opened stream words into [`joint_seed`]'s seed.
+pub const SEED_DOMAIN: &[u8] = b"ocelli/stats-seed/v1";
+
+/// Which pairs a histogram counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Population {
+    /// A uniform sample of (request, enrolled person) pairs.
+    Impostor,
+    /// Pairs that matched.
+    Genuine,
+    /// Re-authentications against the person they name.
+    Reauthentication,
+}
+
+impl Population {
+    /// Every population, in the order of [`CountLayout`].
+    pub const ALL: [Population; 3] = [
+        Population::Impostor,
+        Population::Genuine,
+        Population::Reauthentication,
+    ];
+
+    /// Position in [`Population::ALL`].
+    pub const fn index(self) -> usize {
+        match self {
+            Population::Impostor => 0,
+            Population::Genuine => 1,
+            Population::Reauthentication => 2,
+        }
+    }
+}
+
+/// Which comparison of a pair a histogram counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Comparison {
+    /// The left eyes.
+    Left,
+    /// The right eyes.
+    Right,
+    /// Both eyes, left bucket by right bucket (row-major, the left bucket the row).
+    Joint,
+    /// The mirrored query's left eye against the row's left eye: the request's right eye
+    /// mirrored ([`sdk_orb::mirror::mirror_person`] swaps the eyes, as a mirrored capture
+    /// does).
+    MirroredLeft,
+    /// The mirrored query's right eye (the request's left, mirrored) against the row's right.
+    MirroredRight,
+}
+
+impl Comparison {
+    /// Every comparison, in the order of [`CountLayout`].
+    pub const ALL: [Comparison; 5] = [
+        Comparison::Left,
+        Comparison::Right,
+        Comparison::Joint,
+        Comparison::MirroredLeft,
+        Comparison::MirroredRight,
+    ];
+}
+
+/// Where each count lies in the vector [`count_pairs`] returns: for each population in
+/// [`Population::ALL`] order, Left (`E`), Right (`E`), Joint (`E * E`), MirroredLeft (`E`),
+/// MirroredRight (`E`), `E` the number of edges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountLayout {
+    /// Bucket edges (one bucket per edge).
+    pub edges: usize,
+}
+
+impl CountLayout {
+    /// Counts of one population.
+    fn per_population(&self) -> usize {
+        4 * self.edges + self.edges * self.edges
+    }
+
+    /// Counts in all: `3 (4 E + E^2)`.
+    pub fn counts(&self) -> usize {
+        Population::ALL.len() * self.per_population()
+    }
+
+    /// Counts of one histogram: `E`, or `E^2` for [`Comparison::Joint`].
+    pub fn len(&self, comparison: Comparison) -> usize {
+        match comparison {
+            Comparison::Joint => self.edges * self.edges,
+            _ => self.edges,
+        }
+    }
+
+    /// Whether there are no edges.
+    pub fn is_empty(&self) -> bool {
+        self.edges == 0
+    }
+
+    /// Where one histogram starts.
+    pub fn offset(&self, population: Population, comparison: Comparison) -> usize {
+        let e = self.edges;
+        population.index() * self.per_population()
+            + match comparison {
+                Comparison::Left => 0,
+                Comparison::Right => e,
+                Comparison::Joint => 2 * e,
+                Comparison::MirroredLeft => 2 * e + e * e,
+                Comparison::MirroredRight => 3 * e + e * e,
+            }
+    }
+}
+
+/// One pair to count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatsPair {
+    /// The query: an index into [`count_pairs`]' `queries`.
+    pub query: usize,
+    /// The database row.
+    pub row: usize,
+    /// Which histograms it counts in.
+    pub population: Population,
+}
+
+/// A seed the three parties share and none of them chose: 256 bits XOR-shared from the
+/// pairwise streams (each party's component drawn from its stream with the next party),
+/// opened, and hashed under [`SEED_DOMAIN`]. One round; draws 4 u64 from each stream.
+///
+/// # Errors
+/// Transport failures.
+pub fn joint_seed<T: Transport>(session: &mut Session<'_, T>) -> Result<[u8; 32], NetworkError> {
+    let own = session.randomness().next_bits(4);
+    let prev = session.randomness().prev_bits(4);
+    let opened = session.open_bits(&Replicated::new(own, prev))?;
+    let mut h = Sha256::new();
+    h.update(SEED_DOMAIN);
+    for w in opened {
+        h.update(w.to_le_bytes());
+    }
+    Ok(h.finalize().into())
+}
+
+/// The impostor sample of a batch: `(request, row)` pairs, deterministic in `seed`. Request
+/// `j % requests` gets the `j`-th pair, so each gets at most `ceil(k / requests)`; rows are
+/// uniform over those not `row_used`, distinct. Fewer than `k` pairs when the unused rows
+/// run out; none without requests or rows.
+pub fn sample_impostor_pairs(
+    seed: &[u8; 32],
+    requests: usize,
+    db_rows: usize,
+    k: usize,
+    row_used: &dyn Fn(usize) -> bool,
+) -> Vec<(usize, usize)> {
+    if requests == 0 || db_rows == 0 || k == 0 {
+        return Vec::new();
+    }
+    let mut rng = ChaCha20Rng::from_seed(*seed);
+    let mut chosen: HashSet<usize> = HashSet::new();
+    let mut rows = Vec::with_capacity(k);
+    // Rejection while unused rows are plenty; past a bound on tries, the rest are drawn
+    // from the list of those left, so a nearly used-up database still ends.
+    let mut tries = 0usize;
+    while rows.len() < k && tries < 8 * k + 64 {
+        tries += 1;
+        let row = uniform_below(&mut rng, db_rows);
+        if !row_used(row) && chosen.insert(row) {
+            rows.push(row);
+        }
+    }
+    if rows.len() < k {
+        let mut left: Vec<usize> = (0..db_rows)
+            .filter(|&r| !row_used(r) && !chosen.contains(&r))
+            .collect();
+        while rows.len() < k && !left.is_empty() {
+            let at = uniform_below(&mut rng, left.len());
+            rows.push(left.swap_remove(at));
+        }
+    }
+    rows.into_iter()
+        .enumerate()
+        .map(|(j, row)| (j % requests, row))
+        .collect()
+}
+
+/// A uniform integer in `0..n` (`n > 0`), by rejection.
+fn uniform_below(rng: &mut impl RngCore, n: usize) -> usize {
+    let n = n as u64;
+    let zone = u64::MAX - (u64::MAX - n + 1) % n;
+    loop {
+        let x = rng.next_u64();
+        if x <= zone {
+            return (x % n) as usize;
+        }
+    }
+}
+
+/// The four per-eye comparisons of a pair, in the order of the cumulative bits: `(eye,
+/// mirrored)`.
+const KINDS: [(Eye, bool); 4] = [
+    (Eye::Left, false),
+    (Eye::Right, false),
+    (Eye::Left, true),
+    (Eye::Right, true),
+];
+
+/// Counts `pairs` into the histograms of [`CountLayout`] with `edge_coefficients.len()`
+/// edges (`edge_coefficients[j] = threshold_coefficient(e_j)`, increasing edges): this
+/// party's replicated share of each count. Every party calls it with the same pairs, its own
+/// shares of the queries (`queries[pair.query]`) and its own database. The circuit runs in
+/// host memory, whatever the backend. See the module for the rounds and bytes.
+///
+/// # Errors
+/// Transport failures.
+///
+/// # Panics
+/// If there are no edges, or a pair names a query or row that is not there.
+pub fn count_pairs<B: Backend, T: Transport>(
+    session: &mut Session<'_, T>,
+    engine: &B,
+    queries: &[&PartyShares],
+    db: &MatchDb,
+    pairs: &[StatsPair],
+    edge_coefficients: &[u32],
+) -> Result<Replicated<u32>, NetworkError> {
+    let edges = edge_coefficients.len();
+    assert!(edges > 0, "at least one bucket edge");
+    let layout = CountLayout { edges };
+    let cut = edges - 1;
+    let n_pairs = pairs.len();
+    // Cumulative bit (kind, j, pair) at this position of the OR tree's output.
+    let bit = |kind: usize, j: usize, p: usize| (kind * cut + j) * n_pairs + p;
+    let cumulative_bits = KINDS.len() * cut * n_pairs;
+    let w = words_for(cumulative_bits);
+    let padded = w * 64;
+
+    let dots = pair_dots(session.party(), engine, queries, db, pairs);
+    let n = ROTATION_COUNT * padded;
+    let mut cd = Zeroizing::new(vec![0u16; n]);
+    let mut md = Zeroizing::new(vec![0u16; n]);
+    let mut a = vec![0u32; n];
+    for rotation in 0..ROTATION_COUNT {
+        for (kind, (code, mask)) in dots.iter().enumerate() {
+            for j in 0..cut {
+                for p in 0..n_pairs {
+                    let at = rotation * padded + bit(kind, j, p);
+                    cd[at] = code[rotation * n_pairs + p];
+                    md[at] = mask[rotation * n_pairs + p];
+                    a[at] = edge_coefficients[j + 1];
+                }
+            }
+        }
+    }
+    drop(dots);
+    let matches = compare_each(session, &cd, &md, &a)?.matches;
+    drop((cd, md, a));
+    let below = or_blocks(session, &matches, ROTATION_COUNT)?;
+
+    // Joint: left bit at e_j AND right bit at e_k, (j, k, pair) order.
+    let joint_positions = |kind: usize| -> Vec<Option<usize>> {
+        (0..cut)
+            .flat_map(|j| (0..cut).flat_map(move |k| (0..n_pairs).map(move |p| (j, k, p))))
+            .map(|(j, k, p)| Some(bit(kind, if kind == 0 { j } else { k }, p)))
+            .collect()
+    };
+    let joint = session.and(
+        &below.gather(&joint_positions(0)),
+        &below.gather(&joint_positions(1)),
+    )?;
+    let joint_bits = cut * cut * n_pairs;
+    let positions: Vec<usize> = (0..cumulative_bits)
+        .chain((0..joint_bits).map(|i| padded + i))
+        .collect();
+    let arithmetic = b2a(session, &Replicated::concat(&[&below, &joint]), &positions)?;
+
+    // Sums per population: [population][cumulative (kind, j) then joint (j, k)].
+    let per = KINDS.len() * cut + cut * cut;
+    let sums = |component: &[u32]| -> Vec<Vec<u32>> {
+        let mut out = vec![vec![0u32; per]; Population::ALL.len()];
+        for (p, pair) in pairs.iter().enumerate() {
+            let sums = &mut out[pair.population.index()];
+            for (s, sum) in sums.iter_mut().enumerate().take(KINDS.len() * cut) {
+                *sum = sum.wrapping_add(component[s * n_pairs + p]);
+            }
+            for (s, sum) in sums.iter_mut().skip(KINDS.len() * cut).enumerate() {
+                *sum = sum.wrapping_add(component[cumulative_bits + s * n_pairs + p]);
+            }
+        }
+        out
+    };
+    let mut totals = [0u32; 3];
+    for pair in pairs {
+        totals[pair.population.index()] += 1;
+    }
+    // The population totals are public: they enter component 0 alone.
+    let component = |values: &[u32], holds_zero: bool| -> Vec<u32> {
+        let sums = sums(values);
+        let mut out = vec![0u32; layout.counts()];
+        for population in Population::ALL {
+            let total = if holds_zero {
+                totals[population.index()]
+            } else {
+                0
+            };
+            buckets(
+                &layout,
+                population,
+                &sums[population.index()],
+                total,
+                &mut out,
+            );
+        }
+        out
+    };
+    let party = session.party().index();
+    Ok(Replicated::new(
+        component(&arithmetic.own, party == 0),
+        component(&arithmetic.prev, party == 1),
+    ))
+}
+
+/// One component of a population's bucket counts from its sums of cumulative bits
+/// (`sums[kind * (E - 1) + j]`, then the joint `(E - 1)^2`), `total` its share of the
+/// population's pair count.
+fn buckets(
+    layout: &CountLayout,
+    population: Population,
+    sums: &[u32],
+    total: u32,
+    out: &mut [u32],
+) {
+    let e = layout.edges;
+    let cut = e - 1;
+    // Pairs below the lower bound of bucket `i` (`i = e`: all of them).
+    let below = |kind: usize, i: usize| -> u32 {
+        match i {
+            0 => 0,
+            i if i == e => total,
+            i => sums[kind * cut + i - 1],
+        }
+    };
+    let per_eye = [
+        (Comparison::Left, 0),
+        (Comparison::Right, 1),
+        (Comparison::MirroredLeft, 2),
+        (Comparison::MirroredRight, 3),
+    ];
+    for (comparison, kind) in per_eye {
+        let at = layout.offset(population, comparison);
+        for i in 0..e {
+            out[at + i] = below(kind, i + 1).wrapping_sub(below(kind, i));
+        }
+    }
+    // Pairs below left bound `i` and right bound `k` together.
+    let joint = KINDS.len() * cut;
+    let both = |i: usize, k: usize| -> u32 {
+        match (i, k) {
+            (0, _) | (_, 0) => 0,
+            (i, k) if i == e => below(1, k),
+            (i, _) if k == e => below(0, i),
+            (i, k) => sums[joint + (i - 1) * cut + k - 1],
+        }
+    };
+    let at = layout.offset(population, Comparison::Joint);
+    for i in 0..e {
+        for k in 0..e {
+            out[at + i * e + k] = both(i + 1, k + 1)
+                .wrapping_sub(both(i, k + 1))
+                .wrapping_sub(both(i + 1, k))
+                .wrapping_add(both(i, k));
+        }
+    }
+}
+
+/// One kind's additive `(cd, md)` shares, `[rotation][pair]`.
+type DotShares = (Zeroizing<Vec<u16>>, Zeroizing<Vec<u16>>);
+
+/// Additive `(cd, md)` shares over Z_{2^16} of each pair's 31 rotations, per kind of
+/// [`KINDS`]: `[kind] -> (cd, md)`, each `[rotation][pair]`, the mask dots doubled as the
+/// pipeline doubles them. A query's rotations are prepared once; its rows are gathered into
+/// one matrix per eye and part.
+fn pair_dots<B: Backend>(
+    party: sdk_orb::PartyId,
+    engine: &B,
+    queries: &[&PartyShares],
+    db: &MatchDb,
+    pairs: &[StatsPair],
+) -> Vec<DotShares> {
+    let n_pairs = pairs.len();
+    let mut by_query: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (p, pair) in pairs.iter().enumerate() {
+        by_query.entry(pair.query).or_default().push(p);
+    }
+    // Two rows per query: plain, then mirrored.
+    let people: Vec<(&PartyShares, bool)> = by_query
+        .keys()
+        .flat_map(|&q| [(queries[q], false), (queries[q], true)])
+        .collect();
+    let scratch = ScratchPool::keeping(0);
+    let matrix = QueryMatrix::new(party, &people, &scratch);
+    let mut out: Vec<_> = KINDS
+        .iter()
+        .map(|_| {
+            (
+                Zeroizing::new(vec![0u16; ROTATION_COUNT * n_pairs]),
+                Zeroizing::new(vec![0u16; ROTATION_COUNT * n_pairs]),
+            )
+        })
+        .collect();
+    for (slot, members) in by_query.values().enumerate() {
+        for ((eye, mirrored), (code, mask)) in KINDS.iter().zip(out.iter_mut()) {
+            let row = 2 * slot + usize::from(*mirrored);
+            for (part, dst, scale) in [(Part::Code, code, 1u16), (Part::Mask, mask, 2)] {
+                let len = part.coefs();
+                let prepared = matrix.prepare(engine, *eye, part, row..row + 1);
+                let mut rows = Zeroizing::new(Vec::with_capacity(members.len() * len));
+                for &p in members {
+                    let r = pairs[p].row;
+                    rows.extend_from_slice(db.vectors(*eye, part, r..r + 1));
+                }
+                let mut dots = Zeroizing::new(vec![0u16; ROTATION_COUNT * members.len()]);
+                engine.dot_prepared(&prepared, &rows, len, &mut dots);
+                for rotation in 0..ROTATION_COUNT {
+                    for (m, &p) in members.iter().enumerate() {
+                        dst[rotation * n_pairs + p] =
+                            dots[rotation * members.len() + m].wrapping_mul(scale);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Replicated multiplication over Z_{2^32}: `z_i = x_i y_i + x_i y_{i-1} + x_{i-1} y_i` plus
+/// an additive zero-sharing, sent to the next party. One round; draws `n` u32 from each
+/// stream.
+fn mul<T: Transport>(
+    session: &mut Session<'_, T>,
+    x: &Replicated<u32>,
+    y: &Replicated<u32>,
+) -> Result<Replicated<u32>, NetworkError> {
+    let n = x.len();
+    let zero = session.randomness().zero_u32(n);
+    let own: Vec<u32> = (0..n)
+        .map(|e| {
+            x.own[e]
+                .wrapping_mul(y.own[e])
+                .wrapping_add(x.own[e].wrapping_mul(y.prev[e]))
+                .wrapping_add(x.prev[e].wrapping_mul(y.own[e]))
+                .wrapping_add(zero[e])
+        })
+        .collect();
+    session.round();
+    session.send(Peer::Next, &own)?;
+    let prev = session.recv(Peer::Prev, n)?;
+    Ok(Replicated::new(own, prev))
+}
+
+/// Arithmetic shares over Z_{2^32} of the XOR-shared bits at `positions` of `bits`: with
+/// `[c_k]` the sharing whose component `k` is the bit's component `c_k`,
+/// `t = c_0 + c_1 - 2 c_0 c_1` and `b = t + c_2 - 2 t c_2`. Two rounds.
+fn b2a<T: Transport>(
+    session: &mut Session<'_, T>,
+    bits: &Replicated<u64>,
+    positions: &[usize],
+) -> Result<Replicated<u32>, NetworkError> {
+    let me = session.party().index();
+    let get = |words: &[u64], p: usize| ((words[p / 64] >> (p % 64)) & 1) as u32;
+    let own: Vec<u32> = positions.iter().map(|&p| get(&bits.own, p)).collect();
+    let prev: Vec<u32> = positions.iter().map(|&p| get(&bits.prev, p)).collect();
+    let zeros = || vec![0u32; positions.len()];
+    // This party holds components `me` (own) and `me - 1` (prev).
+    let component = |k: usize| -> Replicated<u32> {
+        if k == me {
+            Replicated::new(own.clone(), zeros())
+        } else if (k + 1) % 3 == me {
+            Replicated::new(zeros(), prev.clone())
+        } else {
+            Replicated::new(zeros(), zeros())
+        }
+    };
+    let xor = |x: &Replicated<u32>, y: &Replicated<u32>, xy: &Replicated<u32>| {
+        let f = |x: &[u32], y: &[u32], xy: &[u32]| -> Vec<u32> {
+            (0..x.len())
+                .map(|e| x[e].wrapping_add(y[e]).wrapping_sub(xy[e].wrapping_mul(2)))
+                .collect()
+        };
+        Replicated::new(f(&x.own, &y.own, &xy.own), f(&x.prev, &y.prev, &xy.prev))
+    };
+    let (c0, c1, c2) = (component(0), component(1), component(2));
+    let t = xor(&c0, &c1, &mul(session, &c0, &c1)?);
+    let tc2 = mul(session, &t, &c2)?;
+    Ok(xor(&t, &c2, &tc2))
+}
+
+/// Opens `counts` with noise: each party re-randomises its component by an additive
+/// zero-sharing (so the sum of the three is the count and no neighbour can remove the
+/// mask), adds its `party_noise`, and sends the sum to both others. Returns each count plus
+/// the three parties' noise, read from Z_{2^32} as a signed 32-bit value. One round; draws
+/// `n` u32 from each stream.
+///
+/// # Errors
+/// Transport failures.
+///
+/// # Panics
+/// If `party_noise` and `counts` differ in length.
+pub fn open_noisy<T: Transport>(
+    session: &mut Session<'_, T>,
+    counts: &Replicated<u32>,
+    party_noise: &[i64],
+) -> Result<Vec<i64>, NetworkError> {
+    let n = counts.len();
+    assert_eq!(party_noise.len(), n);
+    let zero = session.randomness().zero_u32(n);
+    let mine: Vec<u32> = (0..n)
+        .map(|e| {
+            // Reduction mod 2^32 of the noise: the opened sum is read back as signed.
+            counts.own[e]
+                .wrapping_add(zero[e])
+                .wrapping_add(party_noise[e] as u32)
+        })
+        .collect();
+    session.round();
+    session.send(Peer::Next, &mine)?;
+    session.send(Peer::Prev, &mine)?;
+    let from_prev: Vec<u32> = session.recv(Peer::Prev, n)?;
+    let from_next: Vec<u32> = session.recv(Peer::Next, n)?;
+    Ok((0..n)
+        .map(|e| {
+            i64::from(
+                mine[e]
+                    .wrapping_add(from_prev[e])
+                    .wrapping_add(from_next[e]) as i32,
+            )
+        })
+        .collect())
+}
+
+/// Adds `counts` into `total` (shares of a period's accumulator).
+///
+/// # Panics
+/// If the lengths differ.
+pub fn accumulate(total: &mut Replicated<u32>, counts: &Replicated<u32>) {
+    assert_eq!(total.len(), counts.len());
+    for (t, c) in total.own.iter_mut().zip(&counts.own) {
+        *t = t.wrapping_add(*c);
+    }
+    for (t, c) in total.prev.iter_mut().zip(&counts.prev) {
+        *t = t.wrapping_add(*c);
+    }
+}
+
+/// `n` independent draws of `Poisson(mu) - Poisson(mu)` (a symmetric Skellam of variance
+/// `2 mu`), `mu >= 0`. Poisson draws by multiplication of uniforms below `mu = 10` and by
+/// Hörmann's transformed rejection (PTRS) above: exact up to floating point for every `mu`.
+///
+/// # Panics
+/// If `mu` is negative or not finite.
+pub fn skellam(rng: &mut impl RngCore, mu: f64, n: usize) -> Vec<i64> {
+    assert!(mu.is_finite() && mu >= 0.0, "mu must be finite and >= 0");
+    (0..n)
+        .map(|_| poisson(rng, mu) as i64 - poisson(rng, mu) as i64)
+        .collect()
+}
+
+/// A uniform in `[0, 1)` with 53 bits.
+fn unit(rng: &mut impl RngCore) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// One `Poisson(mu)` draw.
+fn poisson(rng: &mut impl RngCore, mu: f64) -> u64 {
+    if mu == 0.0 {
+        return 0;
+    }
+    if mu < 10.0 {
+        let limit = (-mu).exp();
+        let mut k = 0;
+        let mut product = unit(rng);
+        while product > limit {
+            k += 1;
+            product *= unit(rng);
+        }
+        return k;
+    }
+    // W. Hörmann, "The transformed rejection method for generating Poisson random
+    // variables", Insurance: Mathematics and Economics 12 (1993).
+    let smu = mu.sqrt();
+    let b = 0.931 + 2.53 * smu;
+    let a = -0.059 + 0.02483 * b;
+    let inv_alpha = 1.1239 + 1.1328 / (b - 3.4);
+    let vr = 0.9277 - 3.6224 / (b - 2.0);
+    let log_mu = mu.ln();
+    loop {
+        let u = unit(rng) - 0.5;
+        let v = unit(rng);
+        let us = 0.5 - u.abs();
+        let k = ((2.0 * a / us + b) * u + mu + 0.43).floor();
+        if us >= 0.07 && v <= vr {
+            return k as u64;
+        }
+        if k < 0.0 || (us < 0.013 && v > us) {
+            continue;
+        }
+        let accept = (v * inv_alpha / (a / (us * us) + b)).ln();
+        if accept <= -mu + k * log_mu - ln_factorial(k) {
+            return k as u64;
+        }
+    }
+}
+
+/// `ln(k!)`: exact sums below 20, Stirling's series (error below 1e-15 there) above.
+fn ln_factorial(k: f64) -> f64 {
+    if k < 20.0 {
+        return (2..=k as u64).map(|i| (i as f64).ln()).sum();
+    }
+    let inv = 1.0 / k;
+    let inv2 = inv * inv;
+    (k + 0.5) * k.ln() - k
+        + 0.5 * (2.0 * core::f64::consts::PI).ln()
+        + inv * (1.0 / 12.0 - inv2 * (1.0 / 360.0 - inv2 * (1.0 / 1260.0 - inv2 / 1680.0)))
+}
+
+#[cfg(test)]
+mod tests;
