@@ -6,6 +6,9 @@
 //!
 //! [`OpenedHistograms`] is what a period opens; the three nodes store the same one.
 
+pub mod period;
+pub mod privacy;
+
 use serde::{Deserialize, Serialize};
 
 /// Which pairs a histogram counts.

@@ -36,14 +36,24 @@ pub struct StatsPeriod {
     /// sampled twice in a period (the privacy bound counts on it).
     #[prost(uint64, repeated, tag = "8")]
     pub used_rows: Vec<u64>,
-    /// This party's share of the counts: per count its two u32 components, little-endian.
+    /// This party's share of the counts: its own components, then the previous party's.
     #[prost(uint32, repeated, tag = "9")]
     pub counts: Vec<u32>,
+    /// Enrolled serial ids already in a genuine pair this period, increasing.
+    #[prost(uint64, repeated, tag = "10")]
+    pub genuine_rows: Vec<u64>,
+    /// Enrolled serial ids already in a re-authentication pair this period, increasing.
+    #[prost(uint64, repeated, tag = "11")]
+    pub reauthentication_rows: Vec<u64>,
+    /// The most impostor pairs one request had in a batch of the period (the privacy
+    /// bound's `m`; 0 before any).
+    #[prost(uint64, tag = "12")]
+    pub max_pairs_per_template: u64,
 }
 
 impl StatsPeriod {
     /// A period that begins with batch `first_batch` at `started_at_unix_s`, counting nothing
-    /// yet, with `counts` zero shares of `count_words` u32 words.
+    /// yet, with `counts` zero shares of `count_words` u32 words (two per count).
     pub fn begin(
         period: u64,
         first_batch: u64,
@@ -60,6 +70,9 @@ impl StatsPeriod {
             reauthentication_pairs: 0,
             used_rows: Vec::new(),
             counts: vec![0; count_words],
+            genuine_rows: Vec::new(),
+            reauthentication_rows: Vec::new(),
+            max_pairs_per_template: 0,
         }
     }
 
