@@ -6,6 +6,7 @@
 //!
 //! [`OpenedHistograms`] is what a period opens; the three nodes store the same one.
 
+pub mod batch;
 pub mod period;
 pub mod privacy;
 
