@@ -9,6 +9,8 @@
 pub mod batch;
 pub mod period;
 pub mod privacy;
+pub mod report;
+pub mod show;
 
 use serde::{Deserialize, Serialize};
 

@@ -196,6 +196,19 @@ enum Command {
         #[command(subcommand)]
         step: StartupStep,
     },
+    /// Print the distance statistics a period opened, from this node's store (the three nodes
+    /// store the same): the histograms and the false match and non-match rates.
+    Stats {
+        /// The node's TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// This period rather than the latest.
+        #[arg(long)]
+        period: Option<u64>,
+    },
     /// Run a node.
     Serve {
         /// TOML config file (OCELLI_* environment variables override it).
@@ -669,6 +682,11 @@ fn main() -> ExitCode {
             }
         },
         Command::Recover { config } => run_async(recover(config)),
+        Command::Stats {
+            config,
+            json,
+            period,
+        } => run_async(stats(config, json, period)),
         #[cfg(feature = "test-support")]
         Command::BenchStartup { step } => bench_startup(step, started),
         Command::Serve { config, json_logs } => {
@@ -810,6 +828,28 @@ async fn recover(path: PathBuf) -> Result<(), Box<dyn std::error::Error + Send +
         "seconds": r.seconds,
     });
     println!("{out}");
+    Ok(())
+}
+
+async fn stats(
+    path: PathBuf,
+    json: bool,
+    period: Option<u64>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use ocelli_node::stats::show;
+    let cfg = NodeConfig::load(&path)?;
+    let opened = tokio::task::spawn_blocking(move || {
+        ocelli_node::node::open_store(&cfg)?.opened_histograms(period)
+    })
+    .await??;
+    let Some(h) = opened else {
+        return Err(show::none_opened(period).into());
+    };
+    if json {
+        println!("{}", show::json(&h));
+    } else {
+        print!("{}", show::text(&h));
+    }
     Ok(())
 }
 
