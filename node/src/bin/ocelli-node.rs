@@ -65,6 +65,9 @@ enum Command {
         /// Seed of the synthetic irises.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Leave the distance statistics off (to measure what they cost).
+        #[arg(long)]
+        no_stats: bool,
         /// Print the closing table as one JSON object.
         #[arg(long)]
         json: bool,
@@ -496,6 +499,7 @@ fn main() -> ExitCode {
             probes,
             dir,
             seed,
+            no_stats,
             json,
         } => {
             init_quiet_logging();
@@ -506,6 +510,7 @@ fn main() -> ExitCode {
                     dir,
                     seed,
                     progress: !json,
+                    stats: !no_stats,
                     ..Default::default()
                 };
                 eprintln!(
@@ -513,11 +518,31 @@ fn main() -> ExitCode {
                      {people} people to enrol, then {probes} requests (new people, re-captures and \
                      mirrored re-captures)"
                 );
+                if opts.stats {
+                    eprintln!(
+                        "distance statistics: one period over the whole demo (stats.min_pairs \
+                         out of reach while it runs); the nodes then restart with the minimum \
+                         lifted and one closing request's batch opens it"
+                    );
+                }
                 let report = ocelli_node::demo::run(&opts).await?;
                 if json {
                     println!("{}", serde_json::to_string(&report)?);
                 } else {
                     println!("{report}");
+                }
+                if let Some(h) = &report.stats {
+                    let svg = match &opts.dir {
+                        Some(d) => d.join("distance-histograms.svg"),
+                        None => PathBuf::from("ocelli-demo-histograms.svg"),
+                    };
+                    std::fs::write(&svg, ocelli_node::stats::report::svg(h))?;
+                    if !json {
+                        print!("{}", ocelli_node::stats::show::text(h));
+                    }
+                    eprintln!("histograms drawn in {}", svg.display());
+                } else if opts.stats {
+                    return Err("the demo's statistics period did not open".into());
                 }
                 Ok(())
             })
