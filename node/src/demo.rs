@@ -111,10 +111,7 @@ impl std::fmt::Display for DemoReport {
             ),
             ("false mirror flags", self.false_mirror_flags.to_string()),
             ("re-authentications", self.reauthentications.to_string()),
-            (
-                "failed re-auths",
-                self.failed_reauthentications.to_string(),
-            ),
+            ("failed re-auths", self.failed_reauthentications.to_string()),
             ("comparisons (MPC)", self.comparisons.to_string()),
             ("wall time", format!("{:.1} s", self.seconds)),
             (
@@ -168,7 +165,9 @@ async fn run_phase(
         .map(|(i, p)| async move {
             let meta = RequestMeta {
                 request_id: RequestId::random(&mut OsRng),
-                request_type: p.reauth.map_or(RequestType::Uniqueness, |_| RequestType::Reauth),
+                request_type: p
+                    .reauth
+                    .map_or(RequestType::Uniqueness, |_| RequestType::Reauth),
                 timestamp_ms: now_ms(),
                 serial_id: p.reauth.unwrap_or(0),
                 or_policy: false,
