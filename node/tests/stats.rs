@@ -89,11 +89,18 @@ async fn opened_histograms_equal_the_plaintext_ones_within_the_noise() -> Res {
             synthetic::recapture(rng, &p.1).0,
         )
     };
-    let (r1, g3, r2) = (
-        recapture(&mut rng, &people[0]),
-        recapture(&mut rng, &people[2]),
-        recapture(&mut rng, &people[1]),
+    // Re-authentications that tell the histograms apart: serial 1's left eye re-captured with
+    // a stranger's right; serial 2's right eye re-captured, mirrored, as the left, with a
+    // stranger's right (close in the mirrored right comparison only).
+    let r1 = (
+        synthetic::recapture(&mut rng, &people[0].0).0,
+        synthetic::eye(&mut rng),
     );
+    let r2 = (
+        synthetic::recapture(&mut rng, &people[1].1).0.mirrored(),
+        synthetic::eye(&mut rng),
+    );
+    let g3 = recapture(&mut rng, &people[2]);
     // Batches 1-4 enrol serials 1-4; request i is sampled against every row not yet sampled,
     // which is serial i - 1.
     for p in &people {
@@ -137,6 +144,16 @@ async fn opened_histograms_equal_the_plaintext_ones_within_the_noise() -> Res {
     count(&mut plain, Population::Reauthentication, &r1, &people[0]);
     count(&mut plain, Population::Genuine, &g3, &people[2]);
     count(&mut plain, Population::Reauthentication, &r2, &people[1]);
+    // The pairs tell every histogram of a population from its sibling.
+    let of = |c: Comparison| {
+        plain
+            .histogram(Population::Reauthentication, c)
+            .unwrap()
+            .counts
+            .clone()
+    };
+    assert_ne!(of(Comparison::Left), of(Comparison::Right));
+    assert_ne!(of(Comparison::MirroredLeft), of(Comparison::MirroredRight));
     let bound = 6.0 * h.noise_variance.sqrt();
     for (o, p) in h.histograms.iter().zip(&plain.histograms) {
         for (b, (x, y)) in o.counts.iter().zip(&p.counts).enumerate() {
