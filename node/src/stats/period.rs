@@ -125,45 +125,29 @@ pub fn due(period: &StatsPeriod, config: &StatsConfig, now_unix_s: u64) -> bool 
 pub fn sensitivity(period: &StatsPeriod) -> Sensitivity {
     Sensitivity {
         max_pairs_per_template: period.max_pairs_per_template.max(1),
-        histograms_per_pair: Comparison::ALL.len() as u64,
+        histograms_per_pair: ocelli_mpc::stats::Comparison::ALL.len() as u64,
     }
 }
 
-impl Comparison {
-    /// Every comparison, in the order of the count vector.
-    pub const ALL: [Comparison; 5] = [
-        Comparison::Left,
-        Comparison::Right,
-        Comparison::Joint,
-        Comparison::MirroredLeft,
-        Comparison::MirroredRight,
-    ];
-
-    fn core(self) -> ocelli_mpc::stats::Comparison {
+impl From<ocelli_mpc::stats::Comparison> for Comparison {
+    fn from(c: ocelli_mpc::stats::Comparison) -> Self {
         use ocelli_mpc::stats::Comparison as C;
-        match self {
-            Comparison::Left => C::Left,
-            Comparison::Right => C::Right,
-            Comparison::Joint => C::Joint,
-            Comparison::MirroredLeft => C::MirroredLeft,
-            Comparison::MirroredRight => C::MirroredRight,
+        match c {
+            C::Left => Comparison::Left,
+            C::Right => Comparison::Right,
+            C::Joint => Comparison::Joint,
+            C::MirroredLeft => Comparison::MirroredLeft,
+            C::MirroredRight => Comparison::MirroredRight,
         }
     }
 }
 
-impl Population {
-    /// Every population, in the order of the count vector.
-    pub const ALL: [Population; 3] = [
-        Population::Impostor,
-        Population::Genuine,
-        Population::Reauthentication,
-    ];
-
-    fn core(self) -> Pop {
-        match self {
-            Population::Impostor => Pop::Impostor,
-            Population::Genuine => Pop::Genuine,
-            Population::Reauthentication => Pop::Reauthentication,
+impl From<Pop> for Population {
+    fn from(p: Pop) -> Self {
+        match p {
+            Pop::Impostor => Population::Impostor,
+            Pop::Genuine => Population::Genuine,
+            Pop::Reauthentication => Population::Reauthentication,
         }
     }
 }
@@ -186,13 +170,13 @@ pub fn opened(
     };
     assert_eq!(counts.len(), layout.counts(), "one count per bucket");
     let mut histograms = Vec::new();
-    for population in Population::ALL {
-        for comparison in Comparison::ALL {
-            let at = layout.offset(population.core(), comparison.core());
+    for population in Pop::ALL {
+        for comparison in ocelli_mpc::stats::Comparison::ALL {
+            let at = layout.offset(population, comparison);
             histograms.push(Histogram {
-                population,
-                comparison,
-                counts: counts[at..at + layout.len(comparison.core())].to_vec(),
+                population: population.into(),
+                comparison: comparison.into(),
+                counts: counts[at..at + layout.len(comparison)].to_vec(),
             });
         }
     }
