@@ -253,7 +253,7 @@ impl<B: Backend> MpcEvaluator<B> {
         &self,
         session: &mut Session<'_, T>,
         ctx: &EvalContext<'_>,
-        slot: &crate::stats::batch::StatsSlot,
+        slot: &crate::counting::batch::StatsSlot,
         public: &[PublicRequest],
         outcomes: &[ocelli_mpc::requests::Outcome],
         shares: &[Box<sdk_orb::shamir::PartyShares>],
@@ -262,7 +262,7 @@ impl<B: Backend> MpcEvaluator<B> {
         let started = std::time::Instant::now();
         let before = session.traffic();
         let queries: Vec<&sdk_orb::shamir::PartyShares> = shares.iter().map(|s| &**s).collect();
-        let write = crate::stats::batch::count_batch(
+        let write = crate::counting::batch::count_batch(
             session,
             &self.engine,
             slot,

@@ -6,8 +6,6 @@
 //!
 //! [`OpenedHistograms`] is what a period opens; the three nodes store the same one.
 
-pub mod batch;
-pub mod period;
 pub mod privacy;
 pub mod report;
 pub mod show;

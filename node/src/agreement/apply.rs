@@ -22,9 +22,9 @@ use crate::batch::plan::{
     recorded_outcomes, HeldHere, Planned,
 };
 use crate::batch::{ApplyError, EvalContext, EvalError, EvalRequest, Outcome};
+use crate::counting::batch::{count_words, StatsSlot};
 use crate::ids::{EnvelopeDigest, RequestId, SerialId};
 use crate::node::NodeState;
-use crate::stats::batch::{count_words, StatsSlot};
 use crate::store::period::{StatsPeriod, StatsWrite};
 use crate::store::{Attestation, BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite};
 

@@ -11,8 +11,8 @@ use rand_core::OsRng;
 use sdk_orb::shamir::PartyShares;
 
 use super::period::{choose_pairs, due, opened, sensitivity};
-use super::privacy::party_skellam_mu;
 use crate::config::StatsConfig;
+use crate::stats::privacy::party_skellam_mu;
 use crate::store::period::{StatsPeriod, StatsWrite};
 
 /// What a batch's statistics start from, and where their result goes.

@@ -6,9 +6,9 @@ use ocelli_mpc::requests::{Outcome, PublicRequest};
 use ocelli_mpc::stats::{sample_impostor_pairs, CountLayout, Population as Pop, StatsPair};
 use sdk_orb::RequestType;
 
-use super::privacy::Sensitivity;
-use super::{Comparison, Histogram, OpenedHistograms, Population};
 use crate::config::StatsConfig;
+use crate::stats::privacy::Sensitivity;
+use crate::stats::{Comparison, Histogram, OpenedHistograms, Population};
 use crate::store::period::StatsPeriod;
 
 /// The pairs one batch counts and the period after them (its count shares unchanged).
