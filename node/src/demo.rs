@@ -370,6 +370,8 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
     report.requests = enrolment.len() + answers.len() + reauthenticated.len();
     report.enrolled = states[0].shares().len() - enrolled_before;
     report.comparisons = states[0].metrics().comparisons.get();
+    // The nodes' state holds their stores open.
+    drop(states);
     cluster.shutdown().await?;
     if opts.stats {
         report.stats = close_period(&mut deployment, &orb, &mut rng).await?;
