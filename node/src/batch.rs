@@ -220,6 +220,8 @@ pub struct EvalContext<'a> {
     pub session: u64,
     /// The runtime, for the network side of the evaluation.
     pub runtime: tokio::runtime::Handle,
+    /// The distance statistics to count in the batch's session (`None`: statistics off).
+    pub stats: Option<&'a crate::counting::batch::StatsSlot>,
 }
 
 /// Computes the outcome of every request in a batch. All three parties run

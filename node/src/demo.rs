@@ -35,6 +35,11 @@ pub struct DemoOptions {
     pub concurrency: usize,
     /// Show progress bars.
     pub progress: bool,
+    /// Re-authentications of enrolled people submitted at the end (the uncensored genuine
+    /// population of the distance statistics).
+    pub reauthentications: usize,
+    /// Count and open distance statistics.
+    pub stats: bool,
 }
 
 impl Default for DemoOptions {
@@ -46,6 +51,8 @@ impl Default for DemoOptions {
             seed: 1,
             concurrency: 128,
             progress: true,
+            reauthentications: 20,
+            stats: true,
         }
     }
 }
@@ -77,11 +84,20 @@ pub struct DemoReport {
     pub seconds: f64,
     /// `comparisons / seconds`, three parties on this one machine.
     pub comparisons_per_second: f64,
+    /// Re-authentications of enrolled people submitted.
+    pub reauthentications: usize,
+    /// Re-authentications refused.
+    pub failed_reauthentications: usize,
+    /// The distance statistics the demo's one period opened.
+    #[serde(skip)]
+    pub stats: Option<crate::stats::OpenedHistograms>,
+    /// Impostor, genuine and re-authentication pairs in the opened statistics.
+    pub stats_pairs: Option<[u64; 3]>,
 }
 
 impl std::fmt::Display for DemoReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let rows: [(&str, String); 12] = [
+        let rows: [(&str, String); 14] = [
             ("requests", self.requests.to_string()),
             ("enrolled", self.enrolled.to_string()),
             ("re-captures submitted", self.recaptures.to_string()),
@@ -94,6 +110,8 @@ impl std::fmt::Display for DemoReport {
                 self.mirror_attacks_flagged.to_string(),
             ),
             ("false mirror flags", self.false_mirror_flags.to_string()),
+            ("re-authentications", self.reauthentications.to_string()),
+            ("failed re-auths", self.failed_reauthentications.to_string()),
             ("comparisons (MPC)", self.comparisons.to_string()),
             ("wall time", format!("{:.1} s", self.seconds)),
             (
@@ -117,6 +135,8 @@ struct Probe {
     original: Option<usize>,
     /// A mirrored capture (of `original`).
     mirrored: bool,
+    /// A re-authentication of this serial id rather than a uniqueness request.
+    reauth: Option<u64>,
 }
 
 fn bar(show: bool, len: usize, what: &str) -> ProgressBar {
@@ -145,9 +165,11 @@ async fn run_phase(
         .map(|(i, p)| async move {
             let meta = RequestMeta {
                 request_id: RequestId::random(&mut OsRng),
-                request_type: RequestType::Uniqueness,
+                request_type: p
+                    .reauth
+                    .map_or(RequestType::Uniqueness, |_| RequestType::Reauth),
                 timestamp_ms: now_ms(),
-                serial_id: 0,
+                serial_id: p.reauth.unwrap_or(0),
                 or_policy: false,
             };
             let envelope = orb.envelope(&mut OsRng, &meta, &p.left, &p.right)?;
@@ -170,6 +192,41 @@ async fn run_phase(
     Ok(ordered.into_iter().flatten().collect())
 }
 
+/// Opens the demo's statistics period: restarts the nodes with a period of one batch and
+/// submits one closing request (a new person's uniqueness check), whose batch opens it.
+async fn close_period(
+    deployment: &mut Deployment,
+    orb: &Orb,
+    rng: &mut ChaCha20Rng,
+) -> Result<Option<crate::stats::OpenedHistograms>, ToolError> {
+    for c in &mut deployment.configs {
+        c.stats.period_batches = 1;
+    }
+    let cluster = LocalCluster::start(deployment, None).await?;
+    let meta = RequestMeta {
+        request_id: RequestId::random(&mut OsRng),
+        request_type: RequestType::UniquenessCheck,
+        timestamp_ms: now_ms(),
+        serial_id: 0,
+        or_policy: false,
+    };
+    let envelope = orb.envelope(
+        &mut OsRng,
+        &meta,
+        &synthetic::eye(rng),
+        &synthetic::eye(rng),
+    )?;
+    orb.submit(&envelope).await?;
+    orb.result(&meta.request_id, Duration::from_secs(600))
+        .await?;
+    let store = cluster.states()[0].store().clone();
+    let opened = tokio::task::spawn_blocking(move || store.opened_histograms(None))
+        .await
+        .map_err(|e| e.to_string())??;
+    cluster.shutdown().await?;
+    Ok(opened)
+}
+
 /// Runs the demo.
 ///
 /// # Errors
@@ -184,7 +241,16 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
             temp.path().to_owned()
         }
     };
-    let (deployment, listeners) = Deployment::open_or_create(&dir, &|_| {}).await?;
+    let (mut deployment, listeners) = Deployment::open_or_create(&dir, &|_| {}).await?;
+    // One statistics period over the whole demo: it cannot open while the demo runs (no
+    // number of batches reaches the minimum) and opens with one closing batch after a restart
+    // with a period of one batch.
+    for c in &mut deployment.configs {
+        c.stats.enabled = opts.stats;
+        c.stats.period_batches = u64::MAX;
+        c.stats.period_s = 0;
+        c.stats.min_pairs = 0;
+    }
     let cluster = LocalCluster::start(&deployment, listeners).await?;
     let orb = deployment.orb()?;
     let enrolled_before = cluster.states()[0].shares().len();
@@ -195,6 +261,7 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
         right: synthetic::eye(rng),
         original: None,
         mirrored: false,
+        reauth: None,
     };
     let people: Vec<Probe> = (0..opts.people).map(|_| person(&mut rng)).collect();
     let mut report = DemoReport::default();
@@ -227,6 +294,7 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
                 right: synthetic::recapture(&mut rng, &people[i].left).0.mirrored(),
                 original: Some(i),
                 mirrored: true,
+                reauth: None,
             });
         } else if k % 2 == 1 && !enrolled.is_empty() {
             let i = enrolled[(rng.next_u64() % enrolled.len() as u64) as usize];
@@ -235,6 +303,7 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
                 right: synthetic::recapture(&mut rng, &people[i].right).0,
                 original: Some(i),
                 mirrored: false,
+                reauth: None,
             });
         } else {
             probes.push(person(&mut rng));
@@ -277,11 +346,40 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
         }
     }
 
+    let reauths: Vec<Probe> = (0..opts.reauthentications.min(enrolled.len()))
+        .map(|k| {
+            let i = enrolled[k * enrolled.len() / opts.reauthentications.max(1)];
+            Probe {
+                left: synthetic::recapture(&mut rng, &people[i].left).0,
+                right: synthetic::recapture(&mut rng, &people[i].right).0,
+                original: Some(i),
+                mirrored: false,
+                reauth: serial_of[i],
+            }
+        })
+        .collect();
+    let reauth_bar = bar(opts.progress, reauths.len(), "re-auth");
+    let reauthenticated = run_phase(&orb, &reauths, opts.concurrency, &reauth_bar).await?;
+    report.reauthentications = reauthenticated.len();
+    report.failed_reauthentications = reauthenticated
+        .iter()
+        .filter(|r| r.status != ResultStatus::ReauthMatch as i32)
+        .count();
+
     let states = cluster.states();
-    report.requests = enrolment.len() + answers.len();
+    report.requests = enrolment.len() + answers.len() + reauthenticated.len();
     report.enrolled = states[0].shares().len() - enrolled_before;
     report.comparisons = states[0].metrics().comparisons.get();
+    // The nodes' state holds their stores open.
+    drop(states);
     cluster.shutdown().await?;
+    if opts.stats {
+        report.stats = close_period(&mut deployment, &orb, &mut rng).await?;
+        report.stats_pairs = report
+            .stats
+            .as_ref()
+            .map(|h| [h.impostor_pairs, h.genuine_pairs, h.reauthentication_pairs]);
+    }
     report.seconds = started.elapsed().as_secs_f64();
     report.comparisons_per_second = report.comparisons as f64 / report.seconds;
     Ok(report)

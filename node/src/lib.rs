@@ -20,6 +20,7 @@ pub mod client;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod counting;
 pub mod demo;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -251,6 +251,52 @@ impl<B: Backend> MpcEvaluator<B> {
         Ok(refused)
     }
 
+    /// Counts the batch's distance statistics after its matching, on the same session.
+    #[allow(clippy::too_many_arguments)]
+    fn count_stats<T: ocelli_mpc::Transport>(
+        &self,
+        session: &mut Session<'_, T>,
+        ctx: &EvalContext<'_>,
+        slot: &crate::counting::batch::StatsSlot,
+        public: &[PublicRequest],
+        outcomes: &[ocelli_mpc::requests::Outcome],
+        shares: &[Box<sdk_orb::shamir::PartyShares>],
+        db: &ShareDb,
+    ) -> Result<(), EvalError> {
+        let started = std::time::Instant::now();
+        let before = session.traffic();
+        let queries: Vec<&sdk_orb::shamir::PartyShares> = shares.iter().map(|s| &**s).collect();
+        let write = crate::counting::batch::count_batch(
+            session,
+            &self.engine,
+            slot,
+            public,
+            outcomes,
+            &queries,
+            db.rows(),
+        )
+        .map_err(|source| EvalError::Network {
+            batch_id: ctx.batch_id,
+            source,
+        })?;
+        let after = session.traffic();
+        tracing::info!(
+            batch_id = ctx.batch_id,
+            pairs = write.period.impostor_pairs
+                + write.period.genuine_pairs
+                + write.period.reauthentication_pairs,
+            rounds = after.rounds - before.rounds,
+            bytes_sent = after.bytes_sent - before.bytes_sent,
+            seconds = started.elapsed().as_secs_f64(),
+            "distance statistics counted"
+        );
+        *slot
+            .output
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(write);
+        Ok(())
+    }
+
     /// Opens this party's two links for `session`: it dials the higher party
     /// id and accepts from the lower one.
     fn links(&self, ctx: &EvalContext<'_>) -> Result<(MpcLink, MpcLink), EvalError> {
@@ -424,6 +470,9 @@ impl<B: Backend + 'static> BatchEvaluator for MpcEvaluator<B> {
         );
         let mut outcomes = outcomes(&public, &pipeline_requests, results, db.rows());
         mark_malformed(&mut outcomes, &refused);
+        if let Some(slot) = ctx.stats {
+            self.count_stats(&mut session, ctx, slot, &public, &outcomes, &shares, db)?;
+        }
         Ok(outcomes)
     }
 }

@@ -105,6 +105,10 @@ pub struct NodeState {
     /// (a peer's commit call cancelled) still excludes the next one until it
     /// ends.
     pub(crate) apply_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The statistics this node counted when it evaluated a batch attempt, written when that
+    /// attempt is applied.
+    pub(crate) pending_stats:
+        std::sync::Mutex<Option<((u64, u32), crate::store::period::StatsWrite)>>,
     /// Wakes the batch loop early (queue reached a full batch).
     pub(crate) batch_wakeup: Notify,
     /// Incoming MPC links from the peers.
@@ -178,6 +182,10 @@ impl NodeState {
         if let Some(tuning) = evaluator.cpu_tuning() {
             metrics.cpu_tuning(tuning);
         }
+        // The gauges show the latest opened period from the start, not only after the next.
+        if let Some(h) = store.opened_histograms(None)? {
+            metrics.record_opened_histograms(&h);
+        }
         let health = crate::node::health::Health::new(config.peers.iter().map(|p| p.party_id));
 
         let shares = load_shares(store.as_ref(), &metrics)?;
@@ -231,6 +239,7 @@ impl NodeState {
             shares: RwLock::new(shares),
             results_tx,
             apply_lock: Arc::new(tokio::sync::Mutex::new(())),
+            pending_stats: std::sync::Mutex::new(None),
             batch_wakeup: Notify::new(),
             links: crate::links::LinkHub::default(),
             peers: std::sync::OnceLock::new(),

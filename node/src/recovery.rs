@@ -399,6 +399,7 @@ pub async fn recover(
                 finals: Vec::new(),
                 shares,
                 next_serial: a.next_serial,
+                stats: None,
             },
         )
         .await?;
@@ -414,6 +415,7 @@ pub async fn recover(
             finals: Vec::new(),
             shares: Vec::new(),
             next_serial: a.next_serial,
+            stats: None,
         },
     )
     .await?;

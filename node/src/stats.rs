@@ -6,6 +6,10 @@
 //!
 //! [`OpenedHistograms`] is what a period opens; the three nodes store the same one.
 
+pub mod privacy;
+pub mod report;
+pub mod show;
+
 use serde::{Deserialize, Serialize};
 
 /// Which pairs a histogram counts.
@@ -97,6 +101,3 @@ impl OpenedHistograms {
             .find(|h| h.population == population && h.comparison == comparison)
     }
 }
-
-pub mod privacy;
-pub mod report;

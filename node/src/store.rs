@@ -8,6 +8,7 @@
 
 pub mod load;
 pub mod migrate;
+pub mod period;
 pub mod postgres;
 pub mod redb;
 #[cfg(feature = "test-support")]
@@ -204,6 +205,8 @@ pub struct BatchWrite {
     pub shares: Vec<(SerialId, ShareWrite)>,
     /// New `next_serial`.
     pub next_serial: u64,
+    /// The statistics period after the batch (`None`: statistics off, nothing changes).
+    pub stats: Option<period::StatsWrite>,
 }
 
 /// A batch log entry.
@@ -312,6 +315,21 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// Backend failure (nothing is recorded then).
     fn record_attestation(&self, a: &Attestation) -> Result<(), StoreError>;
+
+    /// This party's running statistics period, if one began.
+    ///
+    /// # Errors
+    /// Backend failure or a corrupt record.
+    fn stats_period(&self) -> Result<Option<period::StatsPeriod>, StoreError>;
+
+    /// The histograms period `period` opened, or the latest opened where `period` is `None`.
+    ///
+    /// # Errors
+    /// Backend failure or a corrupt record.
+    fn opened_histograms(
+        &self,
+        period: Option<u64>,
+    ) -> Result<Option<crate::stats::OpenedHistograms>, StoreError>;
 
     /// How many attempts at evaluating request `id` alone failed deterministically (0: none);
     /// not part of the state the three nodes share.

@@ -460,6 +460,12 @@ async fn the_demo_flags_every_mirrored_capture_and_nothing_else() -> Res {
     assert_eq!(report.mirror_attacks_flagged, report.mirrored_captures);
     assert_eq!(report.false_mirror_flags, 0);
     assert_eq!((report.false_matches, report.false_non_matches), (0, 0));
+    assert_eq!(report.reauthentications, 20);
+    assert_eq!(report.failed_reauthentications, 0);
+    // The one period opened at the end holds every re-authentication, each of another person.
+    let [impostor, _, reauthentication] = report.stats_pairs.expect("the period opened");
+    assert!(impostor > 0);
+    assert_eq!(reauthentication, 20);
     Ok(())
 }
 

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use ocelli_mpc::db::{Eye, Part};
 use ocelli_node::ids::{RequestId, SerialId};
 use ocelli_node::shares::{ShareDb, StoredShares, ENTRY_BYTES};
+use ocelli_node::stats::{Comparison, Histogram, OpenedHistograms, Population};
 use ocelli_node::store::load::share_db;
+use ocelli_node::store::period::{StatsPeriod, StatsWrite};
 use ocelli_node::store::postgres::{drop_schema, PgOptions, PgStore, PgTls, PgTlsError};
 use ocelli_node::store::redb::RedbStore;
 use ocelli_node::store::synthetic::{fill, share_db_one_by_one, FillError};
@@ -152,6 +154,7 @@ fn script(s: &dyn Store) -> Res<Vec<RequestId>> {
             (SerialId(3), ShareWrite::Put(shares(3))),
         ],
         next_serial: 4,
+        stats: None,
     })?;
     // A later write to the same serial wins within one batch.
     s.apply_batch(&BatchWrite {
@@ -165,6 +168,7 @@ fn script(s: &dyn Store) -> Res<Vec<RequestId>> {
             (SerialId(5), ShareWrite::Put(shares(5))),
         ],
         next_serial: 6,
+        stats: None,
     })?;
     // A timeout sweep: no batch entry.
     s.apply_batch(&BatchWrite {
@@ -172,6 +176,7 @@ fn script(s: &dyn Store) -> Res<Vec<RequestId>> {
         finals: vec![final_write(ids[3], 0)],
         shares: vec![],
         next_serial: 6,
+        stats: None,
     })?;
     Ok(ids)
 }
@@ -292,6 +297,76 @@ fn failed_attempts_count_up_and_survive_reopen(b: &dyn Backend) -> Res {
     assert_eq!(s.failed_attempts(&other)?, 1);
     assert_eq!(s.record_failed_attempt(&poison)?, 3);
     assert_eq!(s.fingerprint()?, fp);
+    Ok(())
+}
+
+fn opened(period: u64, last_batch: u64) -> OpenedHistograms {
+    OpenedHistograms {
+        period,
+        first_batch: 1,
+        last_batch,
+        opened_at_unix_s: 1_700_000_000 + last_batch,
+        edges: vec![0.0, 0.25, 0.345],
+        threshold: 0.345,
+        epsilon: 1.0,
+        delta: 1e-6,
+        noise_variance: 12.5,
+        impostor_pairs: 40,
+        genuine_pairs: 3,
+        reauthentication_pairs: 2,
+        histograms: vec![Histogram {
+            population: Population::Impostor,
+            comparison: Comparison::Joint,
+            counts: vec![-1, 0, 3, 7, 2, 0, 11, 9, 8],
+        }],
+    }
+}
+
+/// The statistics period goes with the batch that carries it, a batch without one leaves it,
+/// opened histograms are kept per period (the latest by default), all across a reopen.
+fn stats_period_goes_with_its_batch_and_survives_reopen(b: &dyn Backend) -> Res {
+    let s = b.open()?;
+    assert_eq!(s.stats_period()?, None);
+    assert_eq!(s.opened_histograms(None)?, None);
+    let mut running = StatsPeriod::begin(0, 1, 1_700_000_000, 6);
+    running.batches = 1;
+    running.impostor_pairs = 40;
+    running.used_rows = vec![2, 5, 9];
+    running.counts = vec![1, u32::MAX, 0, 7, 3, 2];
+    s.apply_batch(&BatchWrite {
+        batch: Some((1, b"commit-1".to_vec(), [1; 32])),
+        next_serial: 1,
+        stats: Some(StatsWrite {
+            period: running.clone(),
+            opened: None,
+        }),
+        ..BatchWrite::default()
+    })?;
+    assert_eq!(s.stats_period()?.as_ref(), Some(&running));
+    s.apply_batch(&BatchWrite {
+        batch: Some((2, b"commit-2".to_vec(), [2; 32])),
+        next_serial: 1,
+        ..BatchWrite::default()
+    })?;
+    assert_eq!(s.stats_period()?.as_ref(), Some(&running));
+    let next = StatsPeriod::begin(1, 3, 1_700_000_003, 6);
+    for (period, batch) in [(0, 3), (1, 4)] {
+        s.apply_batch(&BatchWrite {
+            batch: Some((batch, format!("commit-{batch}").into_bytes(), [3; 32])),
+            next_serial: 1,
+            stats: Some(StatsWrite {
+                period: next.clone(),
+                opened: Some(opened(period, batch)),
+            }),
+            ..BatchWrite::default()
+        })?;
+    }
+    drop(s);
+    let s = b.open()?;
+    assert_eq!(s.stats_period()?, Some(next));
+    assert_eq!(s.opened_histograms(None)?, Some(opened(1, 4)));
+    assert_eq!(s.opened_histograms(Some(0))?, Some(opened(0, 3)));
+    assert_eq!(s.opened_histograms(Some(2))?, None);
     Ok(())
 }
 
@@ -514,6 +589,17 @@ fn redb_failed_attempts_count_up_and_survive_reopen() -> Res {
 fn postgres_failed_attempts_count_up_and_survive_reopen() -> Res {
     let Some(pg) = Pg::new() else { return Ok(()) };
     failed_attempts_count_up_and_survive_reopen(&pg)
+}
+
+#[test]
+fn redb_stats_period_goes_with_its_batch_and_survives_reopen() -> Res {
+    stats_period_goes_with_its_batch_and_survives_reopen(&redb())
+}
+
+#[test]
+fn postgres_stats_period_goes_with_its_batch_and_survives_reopen() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    stats_period_goes_with_its_batch_and_survives_reopen(&pg)
 }
 
 #[test]

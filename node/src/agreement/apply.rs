@@ -22,8 +22,10 @@ use crate::batch::plan::{
     recorded_outcomes, HeldHere, Planned,
 };
 use crate::batch::{ApplyError, EvalContext, EvalError, EvalRequest, Outcome};
+use crate::counting::batch::{count_words, StatsSlot};
 use crate::ids::{EnvelopeDigest, RequestId, SerialId};
 use crate::node::NodeState;
+use crate::store::period::{StatsPeriod, StatsWrite};
 use crate::store::{Attestation, BatchWrite, FinalWrite, RequestRecord, RequestState, ShareWrite};
 
 /// What applying a batch gave: what the node answers party 0 in its ack.
@@ -261,7 +263,8 @@ fn apply_blocking(state: &Arc<NodeState>, commit: &BatchCommit) -> Result<Applie
         );
     }
     let batch = (commit.batch_id, logged.encode_to_vec());
-    let results_digest = write(state, Some(batch), finals, shares, next_serial)?;
+    let stats = counted_stats(state, commit);
+    let results_digest = write(state, Some(batch), finals, shares, next_serial, stats)?;
     state
         .metrics
         .last_batch
@@ -411,6 +414,7 @@ fn evaluate(
     runtime: tokio::runtime::Handle,
 ) -> Result<Vec<Outcome>, ApplyError> {
     let db = state.shares();
+    let stats = stats_slot(state, commit)?;
     let ctx = EvalContext {
         links: &state.links,
         peers: state.peers.get(),
@@ -418,9 +422,20 @@ fn evaluate(
         batch_id: commit.batch_id,
         session: commit.mpc_session,
         runtime,
+        stats: stats.as_ref(),
     };
     let started = std::time::Instant::now();
     let outcomes = state.evaluator.evaluate(&ctx, eval, &db)?;
+    let counted = stats.and_then(|s| {
+        s.output
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    });
+    *state
+        .pending_stats
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+        counted.map(|w| ((commit.batch_id, commit.attempt), w));
     if outcomes.len() != eval.len() {
         return Err(ApplyError::Evaluation(EvalError::OutcomeCount {
             evaluator: state.evaluator.name(),
@@ -433,6 +448,48 @@ fn evaluate(
         .evaluation_seconds
         .observe(started.elapsed().as_secs_f64());
     Ok(outcomes)
+}
+
+/// What the batch's statistics start from, where they are on: the stored period, or a first
+/// one beginning with this batch.
+fn stats_slot(state: &NodeState, commit: &BatchCommit) -> Result<Option<StatsSlot>, ApplyError> {
+    let config = &state.config.stats;
+    if !config.enabled {
+        return Ok(None);
+    }
+    let now_unix_s = commit.created_unix_s;
+    let period = match state.store.stats_period()? {
+        Some(p) => p,
+        None => StatsPeriod::begin(
+            0,
+            commit.batch_id,
+            now_unix_s,
+            count_words(config.edges.len()),
+        ),
+    };
+    Ok(Some(StatsSlot {
+        period,
+        config: config.clone(),
+        threshold: state.config.matching.threshold,
+        batch_id: commit.batch_id,
+        now_unix_s,
+        output: std::sync::Mutex::new(None),
+    }))
+}
+
+/// The statistics this node counted for this attempt at the batch, if it evaluated it.
+fn counted_stats(state: &NodeState, commit: &BatchCommit) -> Option<StatsWrite> {
+    let mut pending = state
+        .pending_stats
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match pending.take() {
+        Some((key, w)) if key == (commit.batch_id, commit.attempt) => Some(w),
+        other => {
+            *pending = other;
+            None
+        }
+    }
 }
 
 /// Signed results on their way to the store, and the SHA-256 over them in order.
@@ -493,6 +550,7 @@ fn write(
     finals: Finals,
     shares: Vec<(SerialId, ShareWrite)>,
     next_serial: u64,
+    stats: Option<StatsWrite>,
 ) -> Result<[u8; 32], ApplyError> {
     let results_digest: [u8; 32] = finals.digest.finalize().into();
     let write = BatchWrite {
@@ -500,8 +558,19 @@ fn write(
         finals: finals.writes,
         shares,
         next_serial,
+        stats,
     };
     state.store.apply_batch(&write)?;
+    if let Some(h) = write.stats.as_ref().and_then(|s| s.opened.as_ref()) {
+        tracing::info!(
+            period = h.period,
+            impostor_pairs = h.impostor_pairs,
+            genuine_pairs = h.genuine_pairs,
+            reauthentication_pairs = h.reauthentication_pairs,
+            "statistics period opened"
+        );
+        state.metrics.record_opened_histograms(h);
+    }
     finish_in_memory(state, &write, finals.signed);
     Ok(results_digest)
 }

@@ -297,6 +297,7 @@ async fn round(
         signatures: Vec::new(),
         attempt: 0,
         quarantined: Vec::new(),
+        created_unix_s: crate::clock::now_ms() / 1000,
     };
     let own_attempt = state
         .store_call(move |s| super::attest::attested_attempt(s, batch_id))

@@ -65,6 +65,9 @@ enum Command {
         /// Seed of the synthetic irises.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Leave the distance statistics off (to measure what they cost).
+        #[arg(long)]
+        no_stats: bool,
         /// Print the closing table as one JSON object.
         #[arg(long)]
         json: bool,
@@ -195,6 +198,19 @@ enum Command {
     BenchStartup {
         #[command(subcommand)]
         step: StartupStep,
+    },
+    /// Print the distance statistics a period opened, from this node's store (the three nodes
+    /// store the same): the histograms and the false match and non-match rates.
+    Stats {
+        /// The node's TOML config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// This period rather than the latest.
+        #[arg(long)]
+        period: Option<u64>,
     },
     /// Run a node.
     Serve {
@@ -483,6 +499,7 @@ fn main() -> ExitCode {
             probes,
             dir,
             seed,
+            no_stats,
             json,
         } => {
             init_quiet_logging();
@@ -493,6 +510,7 @@ fn main() -> ExitCode {
                     dir,
                     seed,
                     progress: !json,
+                    stats: !no_stats,
                     ..Default::default()
                 };
                 eprintln!(
@@ -500,11 +518,32 @@ fn main() -> ExitCode {
                      {people} people to enrol, then {probes} requests (new people, re-captures and \
                      mirrored re-captures)"
                 );
+                if opts.stats {
+                    eprintln!(
+                        "distance statistics: one period over the whole demo \
+                         (stats.period_batches out of reach while it runs); the nodes then \
+                         restart with a period of one batch and one closing request's batch \
+                         opens it"
+                    );
+                }
                 let report = ocelli_node::demo::run(&opts).await?;
                 if json {
                     println!("{}", serde_json::to_string(&report)?);
                 } else {
                     println!("{report}");
+                }
+                if let Some(h) = &report.stats {
+                    let svg = match &opts.dir {
+                        Some(d) => d.join("distance-histograms.svg"),
+                        None => PathBuf::from("ocelli-demo-histograms.svg"),
+                    };
+                    std::fs::write(&svg, ocelli_node::stats::report::svg(h))?;
+                    if !json {
+                        print!("{}", ocelli_node::stats::show::text(h));
+                    }
+                    eprintln!("histograms drawn in {}", svg.display());
+                } else if opts.stats {
+                    return Err("the demo's statistics period did not open".into());
                 }
                 Ok(())
             })
@@ -669,6 +708,11 @@ fn main() -> ExitCode {
             }
         },
         Command::Recover { config } => run_async(recover(config)),
+        Command::Stats {
+            config,
+            json,
+            period,
+        } => run_async(stats(config, json, period)),
         #[cfg(feature = "test-support")]
         Command::BenchStartup { step } => bench_startup(step, started),
         Command::Serve { config, json_logs } => {
@@ -810,6 +854,28 @@ async fn recover(path: PathBuf) -> Result<(), Box<dyn std::error::Error + Send +
         "seconds": r.seconds,
     });
     println!("{out}");
+    Ok(())
+}
+
+async fn stats(
+    path: PathBuf,
+    json: bool,
+    period: Option<u64>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use ocelli_node::stats::show;
+    let cfg = NodeConfig::load(&path)?;
+    let opened = tokio::task::spawn_blocking(move || {
+        ocelli_node::node::open_store(&cfg)?.opened_histograms(period)
+    })
+    .await??;
+    let Some(h) = opened else {
+        return Err(show::none_opened(period).into());
+    };
+    if json {
+        println!("{}", show::json(&h));
+    } else {
+        print!("{}", show::text(&h));
+    }
     Ok(())
 }
 

@@ -87,6 +87,11 @@ pub fn redb_to_postgres(
     if src.summary()? != dst.summary()? {
         return Err(MigrateError::Mismatch("summary"));
     }
+    if src.stats_period()? != dst.stats_period()?
+        || src.opened_histograms(None)? != dst.opened_histograms(None)?
+    {
+        return Err(MigrateError::Mismatch("statistics"));
+    }
     let fingerprint = src.fingerprint()?;
     if fingerprint != dst.fingerprint()? {
         return Err(MigrateError::Mismatch("fingerprint"));

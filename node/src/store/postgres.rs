@@ -30,12 +30,14 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::period::{decode_opened, encode_opened, StatsPeriod};
 use super::{
     Attestation, BatchWrite, Meta, RequestRecord, RequestSummary, ShareVisitor, ShareWrite, Store,
     StoreError, StoreSummary, StoredBatch,
 };
 use crate::ids::{RequestId, SerialId};
 use crate::shares::StoredShares;
+use crate::stats::OpenedHistograms;
 
 /// Schema migrations, in order; version `i + 1` is `MIGRATIONS[i]`.
 const MIGRATIONS: &[&str] = &[
@@ -53,6 +55,9 @@ const MIGRATIONS: &[&str] = &[
     "CREATE TABLE attestation (id smallint PRIMARY KEY CHECK (id = 1), record bytea NOT NULL);",
     // 3: failed attempts per request (see `Store::failed_attempts`).
     "CREATE TABLE failed_attempts (id bytea PRIMARY KEY, count integer NOT NULL);",
+    // 4: distance statistics: this party's running period and the opened histograms (JSON).
+    "CREATE TABLE stats_period (id smallint PRIMARY KEY CHECK (id = 1), record bytea NOT NULL);
+     CREATE TABLE opened_histograms (period bigint PRIMARY KEY, histograms bytea NOT NULL);",
 ];
 
 /// The schema version this binary writes.
@@ -546,6 +551,12 @@ impl PgStore {
             if let Some(a) = &rows.attestation {
                 set_attestation(&*txn, a).await?;
             }
+            if let Some(p) = &rows.stats_period {
+                set_stats_period(&txn, p).await?;
+            }
+            for h in &rows.opened {
+                put_opened(&txn, h).await?;
+            }
             txn.commit().await.map_err(be)
         })
     }
@@ -566,6 +577,10 @@ pub struct RawRows {
     pub meta: Vec<(String, u64)>,
     /// The node's latest batch attestation.
     pub attestation: Option<Attestation>,
+    /// This party's running statistics period.
+    pub stats_period: Option<StatsPeriod>,
+    /// The histograms opened so far.
+    pub opened: Vec<OpenedHistograms>,
 }
 
 async fn upsert_shares(
@@ -591,6 +606,34 @@ async fn set_attestation<C: tokio_postgres::GenericClient>(
         "INSERT INTO attestation (id, record) VALUES (1, $1)
          ON CONFLICT (id) DO UPDATE SET record = excluded.record",
         &[&&a.encode()[..]],
+    )
+    .await
+    .map_err(be)?;
+    Ok(())
+}
+
+async fn set_stats_period(
+    txn: &tokio_postgres::Transaction<'_>,
+    p: &StatsPeriod,
+) -> Result<(), StoreError> {
+    txn.execute(
+        "INSERT INTO stats_period (id, record) VALUES (1, $1)
+         ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+        &[&p.encode()],
+    )
+    .await
+    .map_err(be)?;
+    Ok(())
+}
+
+async fn put_opened(
+    txn: &tokio_postgres::Transaction<'_>,
+    h: &OpenedHistograms,
+) -> Result<(), StoreError> {
+    txn.execute(
+        "INSERT INTO opened_histograms (period, histograms) VALUES ($1, $2)
+         ON CONFLICT (period) DO UPDATE SET histograms = excluded.histograms",
+        &[&to_i64(h.period)?, &encode_opened(h)?],
     )
     .await
     .map_err(be)?;
@@ -779,6 +822,12 @@ impl Store for PgStore {
                 set_meta(&txn, LAST_APPLIED, to_u64(*id, "batches")?).await?;
             }
             set_meta(&txn, NEXT_SERIAL, next_serial).await?;
+            if let Some(st) = &w.stats {
+                set_stats_period(&txn, &st.period).await?;
+                if let Some(h) = &st.opened {
+                    put_opened(&txn, h).await?;
+                }
+            }
             txn.commit().await.map_err(be)
         })
     }
@@ -844,6 +893,45 @@ impl Store for PgStore {
         self.run(async {
             let c = self.conn().await?;
             set_attestation(&**c, &a).await
+        })
+    }
+
+    fn stats_period(&self) -> Result<Option<StatsPeriod>, StoreError> {
+        self.run(async {
+            let c = self.conn().await?;
+            let row = c
+                .query_opt("SELECT record FROM stats_period WHERE id = 1", &[])
+                .await
+                .map_err(be)?;
+            row.map(|r| StatsPeriod::decode_stored(r.get(0)))
+                .transpose()
+        })
+    }
+
+    fn opened_histograms(
+        &self,
+        period: Option<u64>,
+    ) -> Result<Option<OpenedHistograms>, StoreError> {
+        let period = period.map(to_i64).transpose()?;
+        self.run(async {
+            let c = self.conn().await?;
+            let row = match period {
+                Some(p) => c
+                    .query_opt(
+                        "SELECT histograms FROM opened_histograms WHERE period = $1",
+                        &[&p],
+                    )
+                    .await
+                    .map_err(be)?,
+                None => c
+                    .query_opt(
+                        "SELECT histograms FROM opened_histograms ORDER BY period DESC LIMIT 1",
+                        &[],
+                    )
+                    .await
+                    .map_err(be)?,
+            };
+            row.map(|r| decode_opened(r.get(0))).transpose()
         })
     }
 

@@ -10,11 +10,13 @@ use redb::{
 };
 use sha2::{Digest, Sha256};
 
+use super::period::{decode_opened, encode_opened, StatsPeriod};
 use super::{
     Attestation, BatchWrite, Meta, RequestRecord, RequestState, RequestSummary, ShareVisitor,
     ShareWrite, Store, StoreError, StoreSummary, StoredBatch,
 };
 use crate::ids::{RequestId, SerialId};
+use crate::stats::OpenedHistograms;
 
 const REQUESTS: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("requests");
 const ENVELOPES: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("pending_envelopes");
@@ -28,6 +30,11 @@ const ATTESTATION: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("atte
 const LATEST: &str = "latest";
 /// Failed attempts per request id (see `Store::failed_attempts`); kept out of the fingerprint.
 const FAILED_ATTEMPTS: TableDefinition<'_, &[u8], u32> = TableDefinition::new("failed_attempts");
+/// This party's running statistics period, one row under [`LATEST`]; its count shares differ
+/// between the nodes, so it is kept out of the fingerprint.
+const STATS_PERIOD: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("stats_period");
+/// Opened histograms by period, as JSON.
+const OPENED: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("opened_histograms");
 
 const CACHE_BYTES: usize = 64 << 20;
 
@@ -73,6 +80,8 @@ impl RedbStore {
             txn.open_table(META).map_err(be)?;
             txn.open_table(ATTESTATION).map_err(be)?;
             txn.open_table(FAILED_ATTEMPTS).map_err(be)?;
+            txn.open_table(STATS_PERIOD).map_err(be)?;
+            txn.open_table(OPENED).map_err(be)?;
         }
         txn.commit().map_err(be)?;
         Ok(Self {
@@ -155,6 +164,12 @@ impl RedbStore {
             out.meta.push((k.value().to_owned(), v.value()));
         }
         out.attestation = self.attestation()?;
+        out.stats_period = self.stats_period()?;
+        let t = txn.open_table(OPENED).map_err(be)?;
+        for item in t.iter().map_err(be)? {
+            let (_, v) = item.map_err(be)?;
+            out.opened.push(decode_opened(v.value())?);
+        }
         Ok(out)
     }
 
@@ -265,6 +280,18 @@ impl Store for RedbStore {
                 meta.insert(LAST_APPLIED, *id).map_err(be)?;
             }
             meta.insert(NEXT_SERIAL, w.next_serial).map_err(be)?;
+            if let Some(st) = &w.stats {
+                let mut period = txn.open_table(STATS_PERIOD).map_err(be)?;
+                period
+                    .insert(LATEST, st.period.encode().as_slice())
+                    .map_err(be)?;
+                if let Some(h) = &st.opened {
+                    let mut opened = txn.open_table(OPENED).map_err(be)?;
+                    opened
+                        .insert(h.period, encode_opened(h)?.as_slice())
+                        .map_err(be)?;
+                }
+            }
         }
         txn.commit().map_err(be)
     }
@@ -322,6 +349,28 @@ impl Store for RedbStore {
             t.insert(LATEST, a.encode().as_slice()).map_err(be)?;
         }
         txn.commit().map_err(be)
+    }
+
+    fn stats_period(&self) -> Result<Option<StatsPeriod>, StoreError> {
+        let txn = self.read()?;
+        let t = txn.open_table(STATS_PERIOD).map_err(be)?;
+        t.get(LATEST)
+            .map_err(be)?
+            .map(|v| StatsPeriod::decode_stored(v.value()))
+            .transpose()
+    }
+
+    fn opened_histograms(
+        &self,
+        period: Option<u64>,
+    ) -> Result<Option<OpenedHistograms>, StoreError> {
+        let txn = self.read()?;
+        let t = txn.open_table(OPENED).map_err(be)?;
+        let v = match period {
+            Some(p) => t.get(p).map_err(be)?,
+            None => t.last().map_err(be)?.map(|(_, v)| v),
+        };
+        v.map(|v| decode_opened(v.value())).transpose()
     }
 
     fn failed_attempts(&self, id: &RequestId) -> Result<u32, StoreError> {
@@ -508,6 +557,7 @@ mod tests {
             }],
             shares: vec![(SerialId(1), ShareWrite::Put(shares))],
             next_serial: 2,
+            stats: None,
         })?;
         assert!(store.pending_requests()?.is_empty());
         assert_eq!(store.envelope(&id)?, None);
