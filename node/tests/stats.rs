@@ -154,8 +154,16 @@ async fn opened_histograms_equal_the_plaintext_ones_within_the_noise() -> Res {
     };
     assert_ne!(of(Comparison::Left), of(Comparison::Right));
     assert_ne!(of(Comparison::MirroredLeft), of(Comparison::MirroredRight));
+    // The test's epsilon leaves a noise variance far below one count: the comparison is exact
+    // but for a draw of probability about 1e-4.
     let bound = 6.0 * h.noise_variance.sqrt();
+    assert!(
+        bound < 0.5,
+        "the test's epsilon leaves noise of a count or more: {bound}"
+    );
+    assert_eq!(h.histograms.len(), plain.histograms.len());
     for (o, p) in h.histograms.iter().zip(&plain.histograms) {
+        assert_eq!((o.population, o.comparison), (p.population, p.comparison));
         for (b, (x, y)) in o.counts.iter().zip(&p.counts).enumerate() {
             assert!(
                 ((x - y) as f64).abs() <= bound,

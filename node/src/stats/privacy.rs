@@ -237,7 +237,7 @@ pub fn party_skellam_mu(epsilon: f64, delta: f64, s: &Sensitivity) -> f64 {
         hi *= 2.0;
     }
     let mut lo = hi / 2.0;
-    while lo > 1e-3 && ok(lo) {
+    while lo > 1e-9 && ok(lo) {
         lo /= 2.0;
     }
     while hi / lo > 1.0 + 1e-6 {
