@@ -263,7 +263,7 @@ fn rate(h: &OpenedHistograms, p: Population, non_match: bool) -> Option<RateEsti
 }
 
 /// The false match rate at the threshold: the impostor pairs with both eyes below it, over
-/// the impostor pairs, from the joint histogram ([`matching_count`]). The 95 % interval is
+/// the impostor pairs, from the joint histogram (read both ways, as `matching_count` does). The 95 % interval is
 /// Wilson's score interval with the noise variance of that count added to the binomial variance
 /// ([`wilson_with_noise`]). `None` below [`MIN_RATE_PAIRS`] pairs or without the joint
 /// histogram.
