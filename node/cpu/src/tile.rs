@@ -114,7 +114,7 @@ impl Tile {
 
     /// Coefficients of a row side by side in a query panel: 2 where a panel holds pair `k`
     /// of every row, then pair `k + 1` ([`crate::kernels`]), more where the tile reads rows
-    /// in longer blocks ([`crate::engine::regroup`]). Chunks start at multiples of it.
+    /// in longer blocks (`engine::regroup`). Chunks start at multiples of it.
     pub fn query_block(self) -> usize {
         match self {
             Tile::Avx2Blocks24x3(_) | Tile::Avx2Blocks32x4(_) => crate::kernels::generic::BLOCK,

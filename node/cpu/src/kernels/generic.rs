@@ -58,7 +58,7 @@ pub const BLOCK: usize = 16;
 /// AVX2 tile of `P` query rows by `D` database rows without broadcasts, contiguous: each lane
 /// of an accumulator sums a pair of one query row against the same pair of one database row,
 /// and the lanes are added up at the end. The query panel is laid out in blocks
-/// ([`crate::engine::regroup`]): coefficients `16 * b..16 * b + 16` of every row side by
+/// (`engine::regroup`): coefficients `16 * b..16 * b + 16` of every row side by
 /// side, then block `b + 1`, the last block as long as what is left. A broadcast takes a
 /// vector pipe on Zen 3 (in llvm-mca's model) beside the `vpmaddwd` and `vpaddd`; here both operands are
 /// plain loads kept in registers: query rows `G` at a time against all `D` database rows,
