@@ -50,6 +50,14 @@ pub fn check_engine<B: Backend>(engine: &B) {
         // Garbage first, so unwritten outputs show.
         let mut out = vec![0xA5A5u16; nq * nd];
         engine.dot(&queries, &db, len, &mut out);
+        let mut few = vec![0xA5A5u16; nq * nd];
+        engine.dot_few(&queries, &db, len, &mut few);
+        assert_eq!(
+            few,
+            out,
+            "{}: dot_few ({nq} x {nd}, len {len})",
+            engine.name()
+        );
         for q in 0..nq {
             for d in 0..nd {
                 let expected = dot(

@@ -64,6 +64,16 @@ pub trait Backend: Send + Sync {
     /// has the wrong length.
     fn dot(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]);
 
+    /// [`Backend::dot`] for a few queries against a few database rows, as the statistics' sampled
+    /// pairs need them: a handful of products per call, where laying the queries out for the
+    /// matching kernels costs more than the products. Row by row on the host unless a backend
+    /// has better.
+    ///
+    /// # Panics
+    /// As [`Backend::dot`].
+    fn dot_few(&self, queries: &[u16], db: &[u16], len: usize, out: &mut [u16]) {
+        Reference.dot(queries, db, len, out);
+    }
     /// Makes the backend ready to match against `db` (a resident copy loaded now, not at the
     /// first batch).
     ///
@@ -232,7 +242,7 @@ impl<D: RowDot> Backend for RowBackend<D> {
 
 /// The plain dot products: row by row in portable Rust. The protocol's tests run on
 /// `RowBackend(Reference)`; it is the definition the fast backends are held to, not one to
-/// serve with.
+/// match a database with (it is [`Backend::dot_few`]'s default, for a few products at a time).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Reference;
 

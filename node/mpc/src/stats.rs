@@ -49,7 +49,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{CryptoRng, RngCore, SeedableRng};
-use sdk_orb::rotation::ROTATION_COUNT;
+use sdk_orb::rotation::{rotate_coefs, rotations, ROTATION_COUNT};
 use sdk_orb::shamir::PartyShares;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
@@ -452,8 +452,9 @@ type DotShares = (Zeroizing<Vec<u16>>, Zeroizing<Vec<u16>>);
 
 /// Additive `(cd, md)` shares over Z_{2^16} of each pair's 31 rotations, per kind of
 /// [`KINDS`]: `[kind] -> (cd, md)`, each `[rotation][pair]`, the mask dots doubled as the
-/// pipeline doubles them. A query's rotations are prepared once; its rows are gathered into
-/// one matrix per eye and part.
+/// pipeline doubles them. A query's rotations are written out once per kind and part and
+/// multiplied with its few sampled rows by [`Backend::dot_few`]: a batch's pairs are a few
+/// rows per query, too few to repay laying the rotations out for the matching kernels.
 fn pair_dots<B: Backend>(
     party: sdk_orb::PartyId,
     engine: &B,
@@ -482,19 +483,28 @@ fn pair_dots<B: Backend>(
             )
         })
         .collect();
+    let mut rotated = Zeroizing::new(vec![0u16; ROTATION_COUNT * Part::Code.coefs()]);
+    // Sized for the largest group up front: a reallocation would leave shares behind unzeroized.
+    let most = by_query.values().map(Vec::len).max().unwrap_or(0);
+    let mut rows = Zeroizing::new(Vec::with_capacity(most * Part::Code.coefs()));
+    let mut dots = Zeroizing::new(Vec::with_capacity(most * ROTATION_COUNT));
     for (slot, members) in by_query.values().enumerate() {
         for ((eye, mirrored), (code, mask)) in KINDS.iter().zip(out.iter_mut()) {
             let row = 2 * slot + usize::from(*mirrored);
             for (part, dst, scale) in [(Part::Code, code, 1u16), (Part::Mask, mask, 2)] {
                 let len = part.coefs();
-                let prepared = matrix.prepare(engine, *eye, part, row..row + 1);
-                let mut rows = Zeroizing::new(Vec::with_capacity(members.len() * len));
+                let rotated = &mut rotated[..ROTATION_COUNT * len];
+                for (out, k) in rotated.chunks_exact_mut(len).zip(rotations()) {
+                    rotate_coefs(matrix.row(*eye, part, row), k, out);
+                }
+                rows.clear();
                 for &p in members {
                     let r = pairs[p].row;
                     rows.extend_from_slice(db.vectors(*eye, part, r..r + 1));
                 }
-                let mut dots = Zeroizing::new(vec![0u16; ROTATION_COUNT * members.len()]);
-                engine.dot_prepared(&prepared, &rows, len, &mut dots);
+                dots.clear();
+                dots.resize(ROTATION_COUNT * members.len(), 0);
+                engine.dot_few(rotated, &rows, len, &mut dots);
                 for rotation in 0..ROTATION_COUNT {
                     for (m, &p) in members.iter().enumerate() {
                         dst[rotation * n_pairs + p] =

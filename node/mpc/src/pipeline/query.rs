@@ -67,6 +67,16 @@ impl QueryMatrix {
         QueryMatrix { eyes }
     }
 
+    /// Query `i` of one eye's `part`, preprocessed and unrotated.
+    pub fn row(&self, eye: Eye, part: Part, i: usize) -> &[u16] {
+        let len = part.coefs();
+        let matrix = match part {
+            Part::Code => &self.eyes[eye.index()][0],
+            Part::Mask => &self.eyes[eye.index()][1],
+        };
+        &matrix[i * len..(i + 1) * len]
+    }
+
     /// The queries `queries` of one eye's `part`, their rotations prepared by `engine`:
     /// rotation `k` of the `i`-th at row `31 i + k + 15`.
     pub fn prepare<B: Backend>(
