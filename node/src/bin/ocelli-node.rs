@@ -523,7 +523,9 @@ fn main() -> ExitCode {
                         "distance statistics: one period over the whole demo \
                          (stats.period_batches out of reach while it runs); the nodes then \
                          restart with a period of one batch and one closing request's batch \
-                         opens it"
+                         opens it, with epsilon {} (synthetic people; a deployment's default is \
+                         1, whose noise buries a demo's few hundred pairs)",
+                        ocelli_node::demo::DEMO_EPSILON
                     );
                 }
                 let report = ocelli_node::demo::run(&opts).await?;

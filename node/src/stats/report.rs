@@ -278,50 +278,70 @@ pub fn false_non_match_rate(h: &OpenedHistograms) -> Option<RateEstimate> {
     rate(h, Population::Reauthentication, true)
 }
 
-/// Chart geometry.
+/// Chart geometry: one panel per population with pairs, stacked.
 const WIDTH: f64 = 760.0;
-const HEIGHT: f64 = 440.0;
-const LEFT: f64 = 60.0;
-const RIGHT: f64 = 200.0;
-const TOP: f64 = 30.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 190.0;
+const TOP: f64 = 40.0;
+const PANEL_H: f64 = 150.0;
+/// Between panels: the lower one's title and the upper one's distance ticks.
+const PANEL_GAP: f64 = 50.0;
 const BOTTOM: f64 = 50.0;
 /// Distance at the chart's right end; the last bucket, open above, is drawn up to it.
 const X_MAX: f64 = 0.55;
+/// The noise band's half-width in standard deviations of one count's noise.
+const BAND_SIGMAS: f64 = 2.0;
 
-/// One line on the chart: density per unit distance in each bucket.
+/// The chart's height with `panels` panels.
+fn chart_height(panels: usize) -> f64 {
+    TOP + panels as f64 * PANEL_H + panels.saturating_sub(1) as f64 * PANEL_GAP + BOTTOM
+}
+
+/// The line styles of a panel: left, right and the two mirrored comparisons together.
+const LINES: [(&str, &str, &[Comparison]); 3] = [
+    ("left", "", &[Comparison::Left]),
+    ("right", "6 3", &[Comparison::Right]),
+    (
+        "mirrored",
+        "2 3",
+        &[Comparison::MirroredLeft, Comparison::MirroredRight],
+    ),
+];
+
+/// One line of a panel: density per unit distance in each bucket.
 struct Series {
-    label: String,
-    colour: &'static str,
     dash: &'static str,
     density: Vec<f64>,
 }
 
-fn series(h: &OpenedHistograms) -> Vec<Series> {
-    let widths: Vec<f64> = (0..h.buckets())
+/// One population's panel.
+struct Panel {
+    population: Population,
+    pairs: u64,
+    series: Vec<Series>,
+    /// Per bucket, [`BAND_SIGMAS`] standard deviations of one histogram's noise as a density:
+    /// what one eye's line can show where the population has no pairs.
+    band: Vec<f64>,
+}
+
+fn bucket_widths(h: &OpenedHistograms) -> Vec<f64> {
+    (0..h.buckets())
         .map(|i| h.edges.get(i + 1).copied().unwrap_or(X_MAX) - h.edges[i])
         .map(|w| w.max(1e-9))
-        .collect();
+        .collect()
+}
+
+fn panels(h: &OpenedHistograms) -> Vec<Panel> {
+    let widths = bucket_widths(h);
+    let sigma = h.noise_variance.max(0.0).sqrt();
     let mut out = Vec::new();
     for p in POPULATIONS {
         let n = pairs(h, p);
         if n == 0 {
             continue;
         }
-        let colour = match p {
-            Population::Impostor => "#c0392b",
-            Population::Genuine => "#2471a3",
-            Population::Reauthentication => "#1e8449",
-        };
-        let lines: [(&str, &str, &[Comparison]); 3] = [
-            ("left", "", &[Comparison::Left]),
-            ("right", "6 3", &[Comparison::Right]),
-            (
-                "mirrored",
-                "2 3",
-                &[Comparison::MirroredLeft, Comparison::MirroredRight],
-            ),
-        ];
-        for (name, dash, comparisons) in lines {
+        let mut series = Vec::new();
+        for (_, dash, comparisons) in LINES {
             let hists: Vec<&Histogram> = comparisons
                 .iter()
                 .filter_map(|&c| h.histogram(p, c))
@@ -338,18 +358,43 @@ fn series(h: &OpenedHistograms) -> Vec<Series> {
                     count.max(0) as f64 / total / w
                 })
                 .collect();
-            out.push(Series {
-                label: format!("{} {name}", population_name(p)),
-                colour,
-                dash,
-                density,
-            });
+            series.push(Series { dash, density });
         }
+        let band = widths
+            .iter()
+            .map(|w| BAND_SIGMAS * sigma / n as f64 / w)
+            .collect();
+        out.push(Panel {
+            population: p,
+            pairs: n,
+            series,
+            band,
+        });
     }
     out
 }
 
+fn colour(p: Population) -> &'static str {
+    match p {
+        Population::Impostor => "#c0392b",
+        Population::Genuine => "#2471a3",
+        Population::Reauthentication => "#1e8449",
+    }
+}
+
+/// A round step for `max / 2` or less: 1, 2 or 5 times a power of ten.
+fn tick_step(max: f64) -> f64 {
+    let rough = (max / 2.0).max(1e-12);
+    let power = 10f64.powf(rough.log10().floor());
+    [5.0, 2.0, 1.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|&s| s <= rough)
+        .unwrap_or(power)
+}
+
 const MIDDLE: &str = r#" text-anchor="middle""#;
+const END: &str = r#" text-anchor="end""#;
 
 /// A `<text>` element at (`x`, `y`) with extra `attributes`; `body` is text the chart itself
 /// writes (no markup characters).
@@ -360,26 +405,45 @@ fn text(out: &mut String, x: f64, y: f64, attributes: &str, body: &str) {
     );
 }
 
-/// The period as a self-contained SVG chart: the impostor, genuine and re-authentication
-/// histograms of the left, right and mirrored distances as densities (fraction of the
-/// population's pairs per unit distance, negative counts drawn as zero), the threshold
-/// marked.
+/// A step path over the buckets at heights `values`, with `y` mapping a value to the page.
+fn steps(
+    h: &OpenedHistograms,
+    values: &[f64],
+    x: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(f64) -> f64,
+) -> String {
+    let mut d = String::new();
+    for (i, v) in values.iter().enumerate() {
+        let lo = h.edges[i];
+        let hi = h.edges.get(i + 1).copied().unwrap_or(X_MAX);
+        let cmd = if i == 0 { 'M' } else { 'L' };
+        let _ = write!(
+            d,
+            "{cmd}{:.1} {:.1} L{:.1} {:.1} ",
+            x(lo),
+            y(*v),
+            x(hi),
+            y(*v)
+        );
+    }
+    d.trim_end().to_owned()
+}
+
+/// The period as a self-contained SVG chart, one panel per population with pairs, each on
+/// its own scale: the left, right and mirrored distance histograms as densities (fraction of
+/// the population's pairs per unit distance, negative counts drawn as zero), the threshold
+/// marked, and a grey band from zero up to two standard deviations of the noise on one
+/// eye's line, so a reader sees which bars stand above the noise and which a small
+/// population's noise alone could draw.
 pub fn svg(h: &OpenedHistograms) -> String {
     let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let all = series(h);
-    let y_max = all
-        .iter()
-        .flat_map(|s| s.density.iter().copied())
-        .fold(0.0, f64::max)
-        .max(1e-9)
-        * 1.05;
+    let all = panels(h);
+    let height = chart_height(all.len().max(1));
     let x = |d: f64| LEFT + d.clamp(0.0, X_MAX) / X_MAX * plot_w;
-    let y = |v: f64| TOP + plot_h - v / y_max * plot_h;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(
         out,
@@ -388,83 +452,123 @@ pub fn svg(h: &OpenedHistograms) -> String {
     );
     let _ = writeln!(
         out,
-        r##"<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>"##
+        r##"<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>"##
     );
-    // Axes and ticks every 0.05.
-    let _ = writeln!(
-        out,
-        r##"<path d="M{LEFT} {TOP} V{} H{}" fill="none" stroke="#333333"/>"##,
-        TOP + plot_h,
-        LEFT + plot_w
+    let heading = format!(
+        "period {}, batches {} to {}: fraction of pairs per unit distance",
+        h.period, h.first_batch, h.last_batch
     );
-    for i in 0..=10 {
-        let d = f64::from(i) * 0.05;
-        text(
-            &mut out,
-            x(d),
-            TOP + plot_h + 16.0,
-            MIDDLE,
-            &format!("{d:.2}"),
+    text(&mut out, LEFT, 18.0, "", &heading);
+    for (k, panel) in all.iter().enumerate() {
+        let top = TOP + k as f64 * (PANEL_H + PANEL_GAP);
+        let bottom = top + PANEL_H;
+        // The scale: the lines, and the band where the buckets are of the usual width (the
+        // narrow bucket the threshold cuts off has a band several times as high).
+        let mut bands = panel.band.clone();
+        bands.sort_by(f64::total_cmp);
+        let usual_band = bands.get(bands.len() / 2).copied().unwrap_or(0.0);
+        let y_max = panel
+            .series
+            .iter()
+            .flat_map(|s| s.density.iter().copied())
+            .fold(usual_band, f64::max)
+            .max(1e-9)
+            * 1.08;
+        let y = |v: f64| bottom - v.min(y_max) / y_max * PANEL_H;
+        let title = format!(
+            "{}: {} pairs",
+            population_name(panel.population),
+            panel.pairs
         );
+        let _ = writeln!(
+            out,
+            r#"<text x="{LEFT:.1}" y="{:.1}" fill="{}" font-weight="bold">{title}</text>"#,
+            top - 8.0,
+            colour(panel.population)
+        );
+        // The band under the lines.
+        let band = steps(h, &panel.band, &x, &y);
+        let _ = writeln!(
+            out,
+            r##"<path d="{band} L{:.1} {bottom:.1} L{:.1} {bottom:.1} Z" fill="#e5e7e9"/>"##,
+            x(X_MAX),
+            x(0.0)
+        );
+        let _ = writeln!(
+            out,
+            r##"<path d="M{LEFT} {top} V{bottom} H{}" fill="none" stroke="#333333"/>"##,
+            LEFT + plot_w
+        );
+        let step = tick_step(y_max);
+        let mut v = 0.0;
+        while v <= y_max {
+            text(&mut out, LEFT - 6.0, y(v) + 4.0, END, &format!("{v}"));
+            let _ = writeln!(
+                out,
+                r##"<line x1="{:.1}" y1="{:.1}" x2="{LEFT}" y2="{:.1}" stroke="#333333"/>"##,
+                LEFT - 3.0,
+                y(v),
+                y(v)
+            );
+            v += step;
+        }
+        for i in 0..=10 {
+            let d = f64::from(i) * 0.05;
+            text(&mut out, x(d), bottom + 16.0, MIDDLE, &format!("{d:.2}"));
+        }
+        let tx = x(h.threshold);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{bottom}" stroke="#000000" stroke-dasharray="4 4"/>"##
+        );
+        if k == 0 {
+            let label = format!("threshold {:.3}", h.threshold);
+            text(&mut out, tx + 4.0, top + 12.0, "", &label);
+        }
+        for s in &panel.series {
+            let dash = if s.dash.is_empty() {
+                String::new()
+            } else {
+                format!(r#" stroke-dasharray="{}""#, s.dash)
+            };
+            let _ = writeln!(
+                out,
+                r#"<path d="{}" fill="none" stroke="{}" stroke-width="1.5"{dash}/>"#,
+                steps(h, &s.density, &x, &y),
+                colour(panel.population)
+            );
+        }
     }
     text(
         &mut out,
         LEFT + plot_w / 2.0,
-        HEIGHT - 12.0,
+        height - 12.0,
         MIDDLE,
         "fractional Hamming distance (minimum over rotations)",
     );
-    let _ = writeln!(
-        out,
-        r#"<text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle">fraction of pairs per unit distance</text>"#,
-        TOP + plot_h / 2.0,
-        TOP + plot_h / 2.0
-    );
-    // The threshold.
-    let tx = x(h.threshold);
-    let _ = writeln!(
-        out,
-        r##"<line x1="{tx:.1}" y1="{TOP}" x2="{tx:.1}" y2="{}" stroke="#000000" stroke-dasharray="4 4"/>"##,
-        TOP + plot_h
-    );
-    let label = format!("threshold {:.3}", h.threshold);
-    text(&mut out, tx + 4.0, TOP + 12.0, "", &label);
-    for (k, s) in all.iter().enumerate() {
-        let mut d = String::new();
-        for (i, v) in s.density.iter().enumerate() {
-            let lo = h.edges[i];
-            let hi = h.edges.get(i + 1).copied().unwrap_or(X_MAX);
-            let cmd = if i == 0 { 'M' } else { 'L' };
-            let _ = write!(
-                d,
-                "{cmd}{:.1} {:.1} L{:.1} {:.1} ",
-                x(lo),
-                y(*v),
-                x(hi),
-                y(*v)
-            );
-        }
-        let dash = if s.dash.is_empty() {
+    // The legend: line styles, and the band.
+    let lx = LEFT + plot_w + 16.0;
+    for (k, (name, dash, _)) in LINES.iter().enumerate() {
+        let ly = TOP + 10.0 + 18.0 * k as f64;
+        let dash = if dash.is_empty() {
             String::new()
         } else {
-            format!(r#" stroke-dasharray="{}""#, s.dash)
+            format!(r#" stroke-dasharray="{dash}""#)
         };
         let _ = writeln!(
             out,
-            r#"<path d="{}" fill="none" stroke="{}" stroke-width="1.5"{dash}/>"#,
-            d.trim_end(),
-            s.colour
+            r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="#333333" stroke-width="1.5"{dash}/>"##,
+            lx + 24.0
         );
-        let ly = TOP + 10.0 + 18.0 * k as f64;
-        let lx = LEFT + plot_w + 14.0;
-        let _ = writeln!(
-            out,
-            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{}" stroke-width="1.5"{dash}/>"#,
-            lx + 24.0,
-            s.colour
-        );
-        text(&mut out, lx + 30.0, ly + 4.0, "", &s.label);
+        text(&mut out, lx + 30.0, ly + 4.0, "", name);
     }
+    let ly = TOP + 10.0 + 18.0 * LINES.len() as f64;
+    let _ = writeln!(
+        out,
+        r##"<rect x="{lx:.1}" y="{:.1}" width="24" height="10" fill="#e5e7e9"/>"##,
+        ly - 5.0
+    );
+    text(&mut out, lx + 30.0, ly + 4.0, "", "noise, 2 sd (one eye)");
     out.push_str("</svg>\n");
     out
 }
@@ -655,25 +759,54 @@ mod tests {
         }
         let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
         assert!(texts.contains(&"threshold 0.300"));
-        // Nine lines: three populations by left, right and mirrored, each with a legend.
+        // Nine lines: three populations by left, right and mirrored, a panel each.
         let paths = doc
             .descendants()
             .filter(|n| n.has_tag_name("path") && n.attribute("stroke-width").is_some())
             .count();
         assert_eq!(paths, 9);
-        assert!(texts.contains(&"reauthentication mirrored"));
-        // A negative count is drawn at zero: every point lies within the plot.
-        let bottom = HEIGHT - BOTTOM;
+        for title in [
+            "impostor: 1000 pairs",
+            "genuine: 100 pairs",
+            "reauthentication: 100 pairs",
+        ] {
+            assert!(texts.contains(&title), "{title}");
+        }
+        assert!(texts.contains(&"mirrored"));
+        // A negative count is drawn at zero, a band above the scale at its top: every point
+        // lies within the chart.
+        let height = chart_height(3);
         for node in doc.descendants().filter(|n| n.has_tag_name("path")) {
             let d = node.attribute("d").expect("a path");
             for number in d.split(|c: char| c == ' ' || c.is_ascii_alphabetic()) {
                 if let Ok(v) = number.parse::<f64>() {
-                    assert!((0.0..=bottom.max(WIDTH)).contains(&v), "{v} in {d}");
+                    assert!((0.0..=height.max(WIDTH)).contains(&v), "{v} in {d}");
                 }
             }
         }
+        // The noise band: 2 sd of one count (6 here) over the population's pairs and the
+        // bucket's width (0.1): 0.12 for the 1000 impostor pairs, ten times that for 100.
+        let drawn = panels(&h);
+        assert!(
+            (drawn[0].band[0] - 0.12).abs() < 1e-12,
+            "{}",
+            drawn[0].band[0]
+        );
+        assert!(
+            (drawn[1].band[0] - 1.2).abs() < 1e-12,
+            "{}",
+            drawn[1].band[0]
+        );
+        let bands: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("path") && n.attribute("fill") == Some("#e5e7e9"))
+            .filter_map(|n| n.attribute("d"))
+            .collect();
+        assert_eq!(bands.len(), 3);
         // A population without pairs draws no line.
         h.genuine_pairs = 0;
-        assert_eq!(svg(&h).matches("genuine ").count(), 0);
+        let without = svg(&h);
+        assert_eq!(without.matches("genuine").count(), 0);
+        assert!(without.contains(&format!(r#"height="{}""#, chart_height(2))));
     }
 }
