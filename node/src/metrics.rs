@@ -377,7 +377,12 @@ impl Metrics {
         self.stats_bucket.reset();
         self.stats_joint_bucket.reset();
         let edge = |i: usize| h.edges.get(i).map(|e| format!("{e:.3}"));
-        for g in &h.histograms {
+        // The matching count has no bucket: the rate estimates below are read from it.
+        for g in h
+            .histograms
+            .iter()
+            .filter(|g| g.comparison != Comparison::Matching)
+        {
             let population = report::population_name(g.population);
             for (k, &count) in g.counts.iter().enumerate() {
                 if g.comparison == Comparison::Joint {

@@ -41,6 +41,9 @@ pub enum Comparison {
     MirroredLeft,
     /// The request's mirrored right query against the enrolled right eye.
     MirroredRight,
+    /// One count: the pairs with both eyes below the threshold (the decision's rule), opened
+    /// apart from the joint histogram so that the rate estimates carry one count's noise.
+    Matching,
 }
 
 /// One opened histogram.
@@ -51,7 +54,7 @@ pub struct Histogram {
     /// Which comparison.
     pub comparison: Comparison,
     /// Noisy counts, one per bucket ([`OpenedHistograms::buckets`]); for [`Comparison::Joint`]
-    /// row-major, the left bucket the row. Noise can make a count negative.
+    /// row-major, the left bucket the row; one for [`Comparison::Matching`]. Noise can make a count negative.
     pub counts: Vec<i64>,
 }
 

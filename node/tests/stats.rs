@@ -40,13 +40,21 @@ fn count(h: &mut OpenedHistograms, population: Population, query: &Person, enrol
     let r = bucket(&query.1, &enrolled.1, &edges);
     let ml = bucket(&query.1.mirrored(), &enrolled.0, &edges);
     let mr = bucket(&query.0.mirrored(), &enrolled.1, &edges);
+    let t = edges
+        .iter()
+        .position(|&x| x == h.threshold)
+        .expect("the threshold is an edge");
+    let matching = [(Comparison::Matching, 0)];
     for (comparison, at) in [
         (Comparison::Left, l),
         (Comparison::Right, r),
         (Comparison::Joint, l * e + r),
         (Comparison::MirroredLeft, ml),
         (Comparison::MirroredRight, mr),
-    ] {
+    ]
+    .into_iter()
+    .chain(matching.into_iter().filter(|_| l < t && r < t))
+    {
         let hist = h
             .histograms
             .iter_mut()
@@ -154,6 +162,15 @@ async fn opened_histograms_equal_the_plaintext_ones_within_the_noise() -> Res {
     };
     assert_ne!(of(Comparison::Left), of(Comparison::Right));
     assert_ne!(of(Comparison::MirroredLeft), of(Comparison::MirroredRight));
+    // Only the genuine pair has both eyes close: the matching counts tell it apart.
+    let matching = |p: Population| {
+        plain
+            .histogram(p, Comparison::Matching)
+            .map(|g| g.counts.clone())
+    };
+    assert_eq!(matching(Population::Genuine), Some(vec![1]));
+    assert_eq!(matching(Population::Reauthentication), Some(vec![0]));
+    assert_eq!(matching(Population::Impostor), Some(vec![0]));
     // The test's epsilon leaves a noise variance far below one count: the comparison is exact
     // but for a draw of probability about 1e-4.
     let bound = 6.0 * h.noise_variance.sqrt();

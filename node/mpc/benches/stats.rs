@@ -46,12 +46,25 @@ fn bench(c: &mut Criterion) {
     edges.push(DEFAULT_THRESHOLD);
     edges.sort_by(f64::total_cmp);
     let coefs: Vec<u32> = edges.iter().map(|&e| threshold_coefficient(e)).collect();
+    let threshold = edges
+        .iter()
+        .position(|&e| e == DEFAULT_THRESHOLD)
+        .expect("the threshold is an edge");
     let refs: Vec<&PartyShares> = queries.iter().map(|q| &**q).collect();
 
     let run = || {
         run_three_unrecorded(2, |s| {
             let i = s.party().index();
-            count_pairs(s, &RowBackend(Reference), &refs, &dbs[i], &pairs, &coefs).expect("count")
+            count_pairs(
+                s,
+                &RowBackend(Reference),
+                &refs,
+                &dbs[i],
+                &pairs,
+                &coefs,
+                threshold,
+            )
+            .expect("count")
         })
     };
     for (party, (_, traffic)) in run().iter().enumerate() {

@@ -112,22 +112,27 @@ pub enum Comparison {
     MirroredLeft,
     /// The mirrored query's right eye (the request's left, mirrored) against the row's right.
     MirroredRight,
+    /// One count: the pairs with both eyes below the matching threshold, the decision's
+    /// rule. The joint histogram holds it as the sum of its cells below the threshold, each
+    /// with its own noise; opened alone it carries one count's noise.
+    Matching,
 }
 
 impl Comparison {
     /// Every comparison, in the order of [`CountLayout`].
-    pub const ALL: [Comparison; 5] = [
+    pub const ALL: [Comparison; 6] = [
         Comparison::Left,
         Comparison::Right,
         Comparison::Joint,
         Comparison::MirroredLeft,
         Comparison::MirroredRight,
+        Comparison::Matching,
     ];
 }
 
 /// Where each count lies in the vector [`count_pairs`] returns: for each population in
 /// [`Population::ALL`] order, Left (`E`), Right (`E`), Joint (`E * E`), MirroredLeft (`E`),
-/// MirroredRight (`E`), `E` the number of edges.
+/// MirroredRight (`E`), Matching (1), `E` the number of edges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CountLayout {
     /// Bucket edges (one bucket per edge).
@@ -137,18 +142,20 @@ pub struct CountLayout {
 impl CountLayout {
     /// Counts of one population.
     fn per_population(&self) -> usize {
-        4 * self.edges + self.edges * self.edges
+        4 * self.edges + self.edges * self.edges + 1
     }
 
-    /// Counts in all: `3 (4 E + E^2)`.
+    /// Counts in all: `3 (4 E + E^2 + 1)`.
     pub fn counts(&self) -> usize {
         Population::ALL.len() * self.per_population()
     }
 
-    /// Counts of one histogram: `E`, or `E^2` for [`Comparison::Joint`].
+    /// Counts of one histogram: `E`, `E^2` for [`Comparison::Joint`], 1 for
+    /// [`Comparison::Matching`].
     pub fn len(&self, comparison: Comparison) -> usize {
         match comparison {
             Comparison::Joint => self.edges * self.edges,
+            Comparison::Matching => 1,
             _ => self.edges,
         }
     }
@@ -168,6 +175,7 @@ impl CountLayout {
                 Comparison::Joint => 2 * e,
                 Comparison::MirroredLeft => 2 * e + e * e,
                 Comparison::MirroredRight => 3 * e + e * e,
+                Comparison::Matching => 4 * e + e * e,
             }
     }
 }
@@ -265,8 +273,8 @@ const KINDS: [(Eye, bool); 4] = [
 ];
 
 /// Counts `pairs` into the histograms of [`CountLayout`] with `edge_coefficients.len()`
-/// edges (`edge_coefficients[j] = threshold_coefficient(e_j)`, increasing edges): this
-/// party's replicated share of each count. Every party calls it with the same pairs, its own
+/// edges (`edge_coefficients[j] = threshold_coefficient(e_j)`, increasing edges), the
+/// matching threshold at edge `threshold_edge`: this party's replicated share of each count. Every party calls it with the same pairs, its own
 /// shares of the queries (`queries[pair.query]`) and its own database. The circuit runs in
 /// host memory, whatever the backend. See the module for the rounds and bytes.
 ///
@@ -275,7 +283,8 @@ const KINDS: [(Eye, bool); 4] = [
 ///
 /// # Panics
 /// If there are no edges, the edges do not increase (the coefficients do not decrease
-/// strictly), or a pair names a query or row that is not there.
+/// strictly), `threshold_edge` is not an edge, or a pair names a query or row that is not
+/// there.
 pub fn count_pairs<B: Backend, T: Transport>(
     session: &mut Session<'_, T>,
     engine: &B,
@@ -283,9 +292,11 @@ pub fn count_pairs<B: Backend, T: Transport>(
     db: &MatchDb,
     pairs: &[StatsPair],
     edge_coefficients: &[u32],
+    threshold_edge: usize,
 ) -> Result<Replicated<u32>, NetworkError> {
     let edges = edge_coefficients.len();
     assert!(edges > 0, "at least one bucket edge");
+    assert!(threshold_edge < edges, "the threshold is an edge");
     // Increasing edges have decreasing coefficients; equal ones would leave empty buckets.
     assert!(
         edge_coefficients.windows(2).all(|w| w[0] > w[1]),
@@ -381,7 +392,7 @@ pub fn count_pairs<B: Backend, T: Transport>(
                 &layout,
                 population,
                 &sums[population.index()],
-                total,
+                (total, threshold_edge),
                 &mut out,
             );
         }
@@ -396,12 +407,12 @@ pub fn count_pairs<B: Backend, T: Transport>(
 
 /// One component of a population's bucket counts from its sums of cumulative bits
 /// (`sums[kind * (E - 1) + j]`, then the joint `(E - 1)^2`), `total` its share of the
-/// population's pair count.
+/// population's pair count, `threshold_edge` the matching threshold's edge.
 fn buckets(
     layout: &CountLayout,
     population: Population,
     sums: &[u32],
-    total: u32,
+    (total, threshold_edge): (u32, usize),
     out: &mut [u32],
 ) {
     let e = layout.edges;
@@ -445,6 +456,7 @@ fn buckets(
                 .wrapping_add(both(i, k));
         }
     }
+    out[layout.offset(population, Comparison::Matching)] = both(threshold_edge, threshold_edge);
 }
 
 /// One kind's additive `(cd, md)` shares, `[rotation][pair]`.

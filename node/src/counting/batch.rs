@@ -79,7 +79,21 @@ pub fn count_batch<B: Backend, T: Transport>(
             .iter()
             .map(|&e| sdk_orb::plaintext::threshold_coefficient(e))
             .collect();
-        let counts = count_pairs(session, engine, shares, db, &chosen.pairs, &coefficients)?;
+        // The settings' check holds the threshold among the edges.
+        let threshold_edge = config
+            .edges
+            .iter()
+            .position(|e| (e - slot.threshold).abs() < 1e-9)
+            .unwrap_or(0);
+        let counts = count_pairs(
+            session,
+            engine,
+            shares,
+            db,
+            &chosen.pairs,
+            &coefficients,
+            threshold_edge,
+        )?;
         accumulate(&mut total, &counts);
     }
     if !due(&period, config, slot.now_unix_s, db.serial_ids().len()) {

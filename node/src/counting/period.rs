@@ -143,6 +143,7 @@ impl From<ocelli_mpc::stats::Comparison> for Comparison {
             C::Joint => Comparison::Joint,
             C::MirroredLeft => Comparison::MirroredLeft,
             C::MirroredRight => Comparison::MirroredRight,
+            C::Matching => Comparison::Matching,
         }
     }
 }
@@ -346,16 +347,21 @@ mod tests {
         let counts: Vec<i64> = (0..layout.counts() as i64).collect();
         let p = StatsPeriod::begin(4, 10, 1_000, 0);
         let h = opened(&p, 12, 2_000, &config, 0.345, 6.0, &counts);
-        assert_eq!(h.histograms.len(), 15);
+        assert_eq!(h.histograms.len(), 18);
         let joint = h
             .histogram(Population::Genuine, Comparison::Joint)
             .map(|h| h.counts.clone());
         let at = layout.offset(Pop::Genuine, ocelli_mpc::stats::Comparison::Joint) as i64;
         assert_eq!(joint, Some((at..at + 9).collect()));
-        let last = h.histogram(Population::Reauthentication, Comparison::MirroredRight);
+        let mirrored = h.histogram(Population::Reauthentication, Comparison::MirroredRight);
         assert_eq!(
-            last.map(|h| h.counts.last().copied()),
-            Some(counts.last().copied())
+            mirrored.map(|h| h.counts.last().copied()),
+            Some(Some(counts[counts.len() - 2]))
+        );
+        let last = h.histogram(Population::Reauthentication, Comparison::Matching);
+        assert_eq!(
+            last.map(|h| h.counts.clone()),
+            Some(vec![*counts.last().expect("counts")])
         );
         assert_eq!((h.period, h.first_batch, h.last_batch), (4, 10, 12));
     }

@@ -36,14 +36,15 @@
 pub struct Sensitivity {
     /// Pairs of one population that one template can enter in a period (`m`).
     pub max_pairs_per_template: u64,
-    /// Histograms one pair's distance enters (5 per population: left, right, joint and the
-    /// two mirrored; 15 when one template may enter all three populations).
+    /// Histograms one pair's distance enters (6 per population: left, right, joint, the two
+    /// mirrored and the matching count, which a pair moves by at most one as a histogram's
+    /// bucket does; 18 when one template may enter all three populations).
     pub histograms_per_pair: u64,
 }
 
 impl Sensitivity {
     /// Histograms a pair enters within its population.
-    pub const HISTOGRAMS_PER_POPULATION: u64 = 5;
+    pub const HISTOGRAMS_PER_POPULATION: u64 = 6;
     /// Populations one template can enter (an enrolled row: an impostor, a genuine and a
     /// re-authentication pair).
     pub const POPULATIONS: u64 = 3;
@@ -257,7 +258,7 @@ mod tests {
 
     const DEFAULT: Sensitivity = Sensitivity {
         max_pairs_per_template: 4,
-        histograms_per_pair: 15,
+        histograms_per_pair: 18,
     };
 
     fn alpha_index(alpha: f64) -> usize {

@@ -48,6 +48,7 @@ pub fn comparison_name(c: Comparison) -> &'static str {
         Comparison::Joint => "joint",
         Comparison::MirroredLeft => "mirrored_left",
         Comparison::MirroredRight => "mirrored_right",
+        Comparison::Matching => "matching",
     }
 }
 
@@ -134,6 +135,16 @@ pub fn table(h: &OpenedHistograms) -> String {
         if let Some(joint) = h.histogram(p, Comparison::Joint) {
             out.push_str(&joint_grid(h, joint));
         }
+        if let Some(&count) = h
+            .histogram(p, Comparison::Matching)
+            .and_then(|g| g.counts.first())
+        {
+            let _ = writeln!(
+                out,
+                "both eyes below the threshold: {count} {:.4}",
+                fraction(count, n)
+            );
+        }
     }
     out
 }
@@ -198,12 +209,19 @@ pub struct RateEstimate {
 }
 
 /// The noisy number of a population's pairs that match (both eyes below the threshold, as
-/// the decision requires) from the joint histogram, and its noise variance in units of one
-/// count's. The cells sum to the exact pair count, so the matching count is read twice,
+/// the decision requires), and its noise variance in units of one count's: the opened
+/// matching count (one count's noise) where the period has it, else from the joint histogram.
+/// The joint cells sum to the exact pair count, so there the matching count is read twice,
 /// independently: as the sum of the cells below and as the pairs less the other cells; the
 /// two are combined weighted by the inverse of their variances (`b` and `a` cells), which
-/// leaves `a b / (a + b)` counts' worth of noise.
+/// leaves `a b / (a + b)` counts' worth of noise (about 117 at the default edges).
 fn matching_count(h: &OpenedHistograms, p: Population) -> Option<(f64, f64)> {
+    if let Some(&count) = h
+        .histogram(p, Comparison::Matching)
+        .and_then(|g| g.counts.first())
+    {
+        return Some((count as f64, 1.0));
+    }
     let t = threshold_bucket(h)?;
     let e = h.buckets();
     let joint = h.histogram(p, Comparison::Joint)?;
@@ -263,7 +281,8 @@ fn rate(h: &OpenedHistograms, p: Population, non_match: bool) -> Option<RateEsti
 }
 
 /// The false match rate at the threshold: the impostor pairs with both eyes below it, over
-/// the impostor pairs, from the joint histogram (read both ways, as `matching_count` does). The 95 % interval is
+/// the impostor pairs, from the opened matching count (or, for a period opened without one,
+/// the joint histogram read both ways, as `matching_count` does). The 95 % interval is
 /// Wilson's score interval with the noise variance of that count added to the binomial variance
 /// ([`wilson_with_noise`]). `None` below [`MIN_RATE_PAIRS`] pairs or without the joint
 /// histogram.
@@ -672,6 +691,25 @@ mod tests {
     /// With 9 cells below the threshold and 16 above (of 25), the matching count is read as
     /// the 9 below and as the pairs less the 16 above, weighted 16 : 9, with the noise of
     /// 9 x 16 / 25 counts.
+    #[test]
+    fn an_opened_matching_count_is_read_alone_with_one_counts_noise() {
+        let v = 100.0;
+        let from_joint = false_match_rate(&opened(v)).expect("enough pairs");
+        let mut h = opened(v);
+        // 7 where the joint cells say 2: the opened count is the one read.
+        h.histograms.push(Histogram {
+            population: Population::Impostor,
+            comparison: Comparison::Matching,
+            counts: vec![7],
+        });
+        let fmr = false_match_rate(&h).expect("enough pairs");
+        assert!((fmr.rate - 0.007).abs() < 1e-12, "{}", fmr.rate);
+        let (low, high) = wilson_with_noise(0.007, 1000, v, Z95);
+        assert!((fmr.low - low).abs() < 1e-12 && (fmr.high - high).abs() < 1e-12);
+        assert!(fmr.high - fmr.low < from_joint.high - from_joint.low);
+        assert!(table(&h).contains("both eyes below the threshold: 7 0.0070"));
+    }
+
     #[test]
     fn the_matching_count_combines_both_readings_by_their_noise() {
         let v = 100.0;

@@ -58,6 +58,7 @@ impl World {
                 &self.dbs[i],
                 pairs,
                 coefs,
+                threshold_edge(coefs),
             )
             .expect("count");
             then(s, counts)
@@ -86,6 +87,10 @@ impl World {
             // The mirrored query swaps the eyes, as a mirrored capture would.
             let (ml, mr) = (qr.mirrored(), ql.mirrored());
             let (l, r) = (bucket(ql, dl), bucket(qr, dr));
+            let t = threshold_edge(coefs);
+            if l < t && r < t {
+                out[layout.offset(pair.population, Comparison::Matching)] += 1;
+            }
             for (comparison, b) in [
                 (Comparison::Left, l),
                 (Comparison::Right, r),
@@ -125,6 +130,12 @@ fn edges() -> Vec<f64> {
     vec![
         0.0, 0.2, 0.22, 0.24, 0.26, 0.28, 0.3, 0.345, 0.45, 0.46, 0.47, 0.5,
     ]
+}
+
+/// The edge of the decision's threshold, 0 where it is not an edge.
+fn threshold_edge(coefs: &[u32]) -> usize {
+    let t = threshold_coefficient(sdk_orb::plaintext::DEFAULT_THRESHOLD);
+    coefs.iter().position(|&a| a == t).unwrap_or(0)
 }
 
 fn coefficients(edges: &[f64]) -> Vec<u32> {
@@ -188,7 +199,17 @@ fn counts_equal_the_plaintext_histograms_of_the_same_pairs() {
     }
     for population in Population::ALL {
         let in_population = pairs.iter().filter(|p| p.population == population).count();
+        // Strangers never match, re-captures do.
+        let matching = expected[layout.offset(population, Comparison::Matching)] as usize;
+        if population == Impostor {
+            assert_eq!(matching, 0);
+        } else {
+            assert!(matching > 0 && matching <= in_population, "{population:?}");
+        }
         for comparison in Comparison::ALL {
+            if comparison == Comparison::Matching {
+                continue;
+            }
             let at = layout.offset(population, comparison);
             let h = &expected[at..at + layout.len(comparison)];
             assert_eq!(h.iter().sum::<u32>() as usize, in_population);
@@ -428,7 +449,8 @@ fn a_batch_without_pairs_or_with_one_edge_counts_what_it_has() {
         },
     ];
     let one = world.count(15, &pairs, &coefs[..1]);
-    assert_eq!(one, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0]);
+    // With the threshold at the only edge nothing lies below it: no pair matches.
+    assert_eq!(one, [1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -455,5 +477,6 @@ fn edges_out_of_order_are_refused() {
         &world.dbs[0],
         &[pair],
         &coefs,
+        0,
     );
 }
