@@ -354,9 +354,11 @@ pub async fn run(opts: &DemoOptions) -> Result<DemoReport, ToolError> {
         }
     }
 
-    let reauths: Vec<Probe> = (0..opts.reauthentications.min(enrolled.len()))
+    // Each of another person: a period counts one re-authentication pair per enrolled row.
+    let n_reauths = opts.reauthentications.min(enrolled.len());
+    let reauths: Vec<Probe> = (0..n_reauths)
         .map(|k| {
-            let i = enrolled[k * enrolled.len() / opts.reauthentications.max(1)];
+            let i = enrolled[k * enrolled.len() / n_reauths];
             Probe {
                 left: synthetic::recapture(&mut rng, &people[i].left).0,
                 right: synthetic::recapture(&mut rng, &people[i].right).0,
