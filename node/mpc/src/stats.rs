@@ -274,9 +274,10 @@ const KINDS: [(Eye, bool); 4] = [
 
 /// Counts `pairs` into the histograms of [`CountLayout`] with `edge_coefficients.len()`
 /// edges (`edge_coefficients[j] = threshold_coefficient(e_j)`, increasing edges), the
-/// matching threshold at edge `threshold_edge`: this party's replicated share of each count. Every party calls it with the same pairs, its own
-/// shares of the queries (`queries[pair.query]`) and its own database. The circuit runs in
-/// host memory, whatever the backend. See the module for the rounds and bytes.
+/// matching threshold at edge `threshold_edge`: this party's replicated share of each count.
+/// Every party calls it with the same pairs, its own shares of the queries
+/// (`queries[pair.query]`) and its own database. The circuit runs in host memory, whatever the
+/// backend. See the module for the rounds and bytes.
 ///
 /// # Errors
 /// Transport failures.

@@ -54,7 +54,7 @@ pub fn count_batch<B: Backend, T: Transport>(
     db: &MatchDb,
 ) -> Result<StatsWrite, NetworkError> {
     let config = &slot.config;
-    let start = agreed_period(session, slot)?;
+    let start = in_layout(agreed_period(session, slot)?, slot);
     let seed = joint_seed(session)?;
     let chosen = choose_pairs(
         &seed,
@@ -69,9 +69,6 @@ pub fn count_batch<B: Backend, T: Transport>(
         edges: config.edges.len(),
     }
     .counts();
-    if period.counts.len() != 2 * n {
-        period.counts = vec![0; 2 * n];
-    }
     let mut total = Replicated::new(period.counts[..n].to_vec(), period.counts[n..].to_vec());
     if !chosen.pairs.is_empty() {
         let coefficients: Vec<u32> = config
@@ -172,6 +169,23 @@ fn agreed_period<T: Transport>(
     ))
 }
 
+/// `period`, or, where it was counted under other edges or another count layout (a settings
+/// change, an upgrade), a new period begun at this batch: its counts cannot go on, and opened
+/// with the pairs counted since they would misstate them. The three parties agreed on the
+/// period and hold the same settings, so all three begin the same new one.
+fn in_layout(period: StatsPeriod, slot: &StatsSlot) -> StatsPeriod {
+    let words = count_words(slot.config.edges.len());
+    if period.counts.len() == words {
+        return period;
+    }
+    tracing::warn!(
+        batch = slot.batch_id,
+        dropped_period = period.period,
+        "the statistics' count layout changed; a new period begins"
+    );
+    StatsPeriod::begin(period.period + 1, slot.batch_id, slot.now_unix_s, words)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +221,24 @@ mod tests {
             assert_eq!((p.period, p.first_batch, p.batches), (2, 10, 30));
             assert_eq!(p.counts[0] as usize, party);
         }
+    }
+
+    /// A period counted under another layout (here the one before the matching count) is
+    /// dropped for a new one at this batch; one in the current layout goes on.
+    #[test]
+    fn a_period_counted_under_another_layout_begins_anew() {
+        let mut old = held(2);
+        old.counts = vec![5; count_words(22) - 6];
+        old.impostor_pairs = 700;
+        let p = in_layout(old, &slot(held(2)));
+        assert_eq!(
+            (p.period, p.first_batch, p.batches, p.impostor_pairs),
+            (3, 40, 0, 0)
+        );
+        assert_eq!(p.counts, vec![0; count_words(22)]);
+        assert!(p.used_rows.is_empty());
+        let kept = in_layout(held(2), &slot(held(2)));
+        assert_eq!(kept, held(2));
     }
 
     /// One party missed a batch: all three begin the same new period at this batch.
