@@ -444,7 +444,7 @@ impl StatsConfig {
     /// grid, so it is added).
     pub fn default_edges(threshold: f64) -> Vec<f64> {
         let mut edges: Vec<f64> = (0..=20).map(|i| f64::from(i) * 0.025).collect();
-        if !edges.iter().any(|e| (e - threshold).abs() < 1e-9) {
+        if crate::stats::edge_index(&edges, threshold).is_none() {
             edges.push(threshold);
             edges.sort_by(f64::total_cmp);
         }
@@ -465,7 +465,7 @@ impl StatsConfig {
         if self.edges.windows(2).any(|w| w[0] >= w[1]) {
             return bad("stats.edges must increase");
         }
-        if !self.edges.iter().any(|e| (e - threshold).abs() < 1e-9) {
+        if crate::stats::edge_index(&self.edges, threshold).is_none() {
             return bad("stats.edges must include matching.threshold");
         }
         if self.sample_pairs == 0 {

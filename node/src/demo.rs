@@ -194,7 +194,7 @@ async fn run_phase(
 }
 
 /// The privacy budget the demo opens its one period with. At a deployment's default of 1 the
-/// noise (a standard deviation of about 144 pairs per count) would bury the demo's 119 genuine
+/// noise (a standard deviation of about 157 pairs per count) would bury the demo's 119 genuine
 /// and re-authentication pairs; the demo's people are synthetic, so it shows the histograms
 /// themselves, and says so.
 pub const DEMO_EPSILON: f64 = 100.0;

@@ -54,7 +54,8 @@ pub struct Histogram {
     /// Which comparison.
     pub comparison: Comparison,
     /// Noisy counts, one per bucket ([`OpenedHistograms::buckets`]); for [`Comparison::Joint`]
-    /// row-major, the left bucket the row; one for [`Comparison::Matching`]. Noise can make a count negative.
+    /// row-major, the left bucket the row; one for [`Comparison::Matching`]. Noise can make a
+    /// count negative.
     pub counts: Vec<i64>,
 }
 
@@ -89,6 +90,12 @@ pub struct OpenedHistograms {
     pub reauthentication_pairs: u64,
     /// The histograms.
     pub histograms: Vec<Histogram>,
+}
+
+/// Where `value` lies among `edges` (equal within 1e-9: edges and thresholds are settings
+/// written in decimal).
+pub fn edge_index(edges: &[f64], value: f64) -> Option<usize> {
+    edges.iter().position(|e| (e - value).abs() < 1e-9)
 }
 
 impl OpenedHistograms {

@@ -77,11 +77,7 @@ pub fn count_batch<B: Backend, T: Transport>(
             .map(|&e| sdk_orb::plaintext::threshold_coefficient(e))
             .collect();
         // The settings' check holds the threshold among the edges.
-        let threshold_edge = config
-            .edges
-            .iter()
-            .position(|e| (e - slot.threshold).abs() < 1e-9)
-            .unwrap_or(0);
+        let threshold_edge = crate::stats::edge_index(&config.edges, slot.threshold).unwrap_or(0);
         let counts = count_pairs(
             session,
             engine,

@@ -72,7 +72,7 @@ pub fn bucket_label(edges: &[f64], i: usize) -> String {
 /// The index of the bucket that starts at the threshold: buckets below it hold the
 /// distances that match.
 fn threshold_bucket(h: &OpenedHistograms) -> Option<usize> {
-    h.edges.iter().position(|e| (e - h.threshold).abs() < 1e-9)
+    super::edge_index(&h.edges, h.threshold)
 }
 
 /// A count over pairs as a fraction for display, the count clamped at zero.
@@ -135,10 +135,7 @@ pub fn table(h: &OpenedHistograms) -> String {
         if let Some(joint) = h.histogram(p, Comparison::Joint) {
             out.push_str(&joint_grid(h, joint));
         }
-        if let Some(&count) = h
-            .histogram(p, Comparison::Matching)
-            .and_then(|g| g.counts.first())
-        {
+        if let Some(count) = opened_matching(h, p) {
             let _ = writeln!(
                 out,
                 "both eyes below the threshold: {count} {:.4}",
@@ -208,6 +205,13 @@ pub struct RateEstimate {
     pub pairs: u64,
 }
 
+/// A population's opened matching count, where the period has one.
+fn opened_matching(h: &OpenedHistograms, p: Population) -> Option<i64> {
+    h.histogram(p, Comparison::Matching)
+        .and_then(|g| g.counts.first())
+        .copied()
+}
+
 /// The noisy number of a population's pairs that match (both eyes below the threshold, as
 /// the decision requires), and its noise variance in units of one count's: the opened
 /// matching count (one count's noise) where the period has it, else from the joint histogram.
@@ -216,10 +220,7 @@ pub struct RateEstimate {
 /// two are combined weighted by the inverse of their variances (`b` and `a` cells), which
 /// leaves `a b / (a + b)` counts' worth of noise (about 117 at the default edges).
 fn matching_count(h: &OpenedHistograms, p: Population) -> Option<(f64, f64)> {
-    if let Some(&count) = h
-        .histogram(p, Comparison::Matching)
-        .and_then(|g| g.counts.first())
-    {
+    if let Some(count) = opened_matching(h, p) {
         return Some((count as f64, 1.0));
     }
     let t = threshold_bucket(h)?;
@@ -412,6 +413,15 @@ fn tick_step(max: f64) -> f64 {
         .unwrap_or(power)
 }
 
+/// A line's `stroke-dasharray` attribute, none for a solid line.
+fn dash_attribute(dash: &str) -> String {
+    if dash.is_empty() {
+        String::new()
+    } else {
+        format!(r#" stroke-dasharray="{dash}""#)
+    }
+}
+
 const MIDDLE: &str = r#" text-anchor="middle""#;
 const END: &str = r#" text-anchor="end""#;
 
@@ -545,16 +555,12 @@ pub fn svg(h: &OpenedHistograms) -> String {
             text(&mut out, tx + 4.0, top + 12.0, "", &label);
         }
         for s in &panel.series {
-            let dash = if s.dash.is_empty() {
-                String::new()
-            } else {
-                format!(r#" stroke-dasharray="{}""#, s.dash)
-            };
             let _ = writeln!(
                 out,
-                r#"<path d="{}" fill="none" stroke="{}" stroke-width="1.5"{dash}/>"#,
+                r#"<path d="{}" fill="none" stroke="{}" stroke-width="1.5"{}/>"#,
                 steps(h, &s.density, &x, &y),
-                colour(panel.population)
+                colour(panel.population),
+                dash_attribute(s.dash)
             );
         }
     }
@@ -569,15 +575,11 @@ pub fn svg(h: &OpenedHistograms) -> String {
     let lx = LEFT + plot_w + 16.0;
     for (k, (name, dash, _)) in LINES.iter().enumerate() {
         let ly = TOP + 10.0 + 18.0 * k as f64;
-        let dash = if dash.is_empty() {
-            String::new()
-        } else {
-            format!(r#" stroke-dasharray="{dash}""#)
-        };
         let _ = writeln!(
             out,
-            r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="#333333" stroke-width="1.5"{dash}/>"##,
-            lx + 24.0
+            r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="#333333" stroke-width="1.5"{}/>"##,
+            lx + 24.0,
+            dash_attribute(dash)
         );
         text(&mut out, lx + 30.0, ly + 4.0, "", name);
     }

@@ -67,14 +67,18 @@ impl QueryMatrix {
         QueryMatrix { eyes }
     }
 
+    /// One eye's `part`: a row per query.
+    fn matrix(&self, eye: Eye, part: Part) -> &ScratchVec {
+        match part {
+            Part::Code => &self.eyes[eye.index()][0],
+            Part::Mask => &self.eyes[eye.index()][1],
+        }
+    }
+
     /// Query `i` of one eye's `part`, preprocessed and unrotated.
     pub fn row(&self, eye: Eye, part: Part, i: usize) -> &[u16] {
         let len = part.coefs();
-        let matrix = match part {
-            Part::Code => &self.eyes[eye.index()][0],
-            Part::Mask => &self.eyes[eye.index()][1],
-        };
-        &matrix[i * len..(i + 1) * len]
+        &self.matrix(eye, part)[i * len..(i + 1) * len]
     }
 
     /// The queries `queries` of one eye's `part`, their rotations prepared by `engine`:
@@ -87,10 +91,7 @@ impl QueryMatrix {
         queries: core::ops::Range<usize>,
     ) -> B::Prepared {
         let len = part.coefs();
-        let matrix = match part {
-            Part::Code => &self.eyes[eye.index()][0],
-            Part::Mask => &self.eyes[eye.index()][1],
-        };
+        let matrix = self.matrix(eye, part);
         let rows = &matrix[queries.start * len..queries.end * len];
         let mut copy = matrix.zeroed_like(rows.len());
         copy.copy_from_slice(rows);
