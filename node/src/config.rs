@@ -166,6 +166,9 @@ impl ConnectionsConfig {
     }
 }
 
+/// The share snapshot's file name in `data_dir`.
+pub const SHARE_SNAPSHOT_FILE: &str = "shares.snapshot";
+
 /// The store backend: redb in `data_dir` unless `url` names a PostgreSQL server.
 #[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -181,6 +184,12 @@ pub struct StoreConfig {
     /// The CA certificate (PEM) the server's certificate must chain to; needed by
     /// `tls = "require"`.
     pub tls_ca: Option<PathBuf>,
+    /// Keep a share snapshot (`shares.snapshot` in `data_dir`) that start-up reads instead of
+    /// fetching every entry from the server (PostgreSQL only; the redb store is a local file
+    /// already). It holds the same share bytes as the store.
+    pub snapshot: bool,
+    /// Seconds between snapshots while batches change the shares.
+    pub snapshot_interval_s: u64,
 }
 
 /// `store.tls`.
@@ -212,11 +221,18 @@ impl Default for StoreConfig {
             pool_size: 4,
             tls: None,
             tls_ca: None,
+            snapshot: true,
+            snapshot_interval_s: 3600,
         }
     }
 }
 
 impl StoreConfig {
+    /// The share snapshot's file, where one is kept.
+    pub fn snapshot_path(&self, data_dir: &Path) -> Option<PathBuf> {
+        (self.url.is_some() && self.snapshot).then(|| data_dir.join(SHARE_SNAPSHOT_FILE))
+    }
+
     /// The transport of a validated config.
     pub fn pg_tls(&self) -> crate::store::postgres::PgTls {
         match (self.tls, &self.tls_ca) {
@@ -257,6 +273,8 @@ impl std::fmt::Debug for StoreConfig {
             .field("pool_size", &self.pool_size)
             .field("tls", &self.tls)
             .field("tls_ca", &self.tls_ca)
+            .field("snapshot", &self.snapshot)
+            .field("snapshot_interval_s", &self.snapshot_interval_s)
             .finish()
     }
 }
@@ -867,6 +885,9 @@ impl NodeConfig {
         }
         if !crate::store::postgres::valid_schema_name(&self.store.schema) {
             return bad("store.schema must match [a-z_][a-z0-9_]*");
+        }
+        if self.store.snapshot_interval_s == 0 {
+            return bad("store.snapshot_interval_s must be at least 1");
         }
         if self.store.pool_size == 0 {
             return bad("store.pool_size must be at least 1");

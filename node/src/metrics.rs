@@ -71,6 +71,8 @@ pub struct Metrics {
     pub last_batch: IntGauge,
     /// `ocelli_ready`: 1 when ready.
     pub ready: IntGauge,
+    /// `ocelli_share_snapshot_batch`: the batch the latest share snapshot written was taken at.
+    pub snapshot_batch: IntGauge,
     /// `ocelli_share_load_seconds_total`: time spent loading shares at start (ms).
     pub load_ms: IntCounter,
     /// `ocelli_unauthenticated_connections{port}`: connections not authenticated yet, by port
@@ -197,6 +199,10 @@ impl Metrics {
         let store_bytes = g("store_bytes", "Store file size in bytes");
         let last_batch = g("last_applied_batch", "Last batch applied");
         let ready = g("ready", "1 when the node is ready");
+        let snapshot_batch = g(
+            "share_snapshot_batch",
+            "Batch the latest share snapshot written was taken at",
+        );
         let load_ms = IntCounter::new("share_load_milliseconds_total", "Time loading shares")
             .expect("static metric");
         register(Box::new(load_ms.clone()));
@@ -309,6 +315,7 @@ impl Metrics {
             store_bytes,
             last_batch,
             ready,
+            snapshot_batch,
             load_ms,
             unauthenticated,
             evicted,

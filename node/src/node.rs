@@ -2,6 +2,8 @@
 //! in-memory share database and pending queue, keys, metrics, readiness.
 
 pub mod health;
+mod snapshots;
+pub(crate) use snapshots::{forget as forget_in_snapshot, maintain as maintain_snapshot};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -99,6 +101,12 @@ pub struct NodeState {
     pub(crate) unopenable: std::collections::HashSet<crate::ids::RequestId>,
     queue: Mutex<PendingQueue>,
     shares: RwLock<ShareDb>,
+    /// A share snapshot should be written now rather than at the next interval.
+    pub(crate) snapshot_due: AtomicBool,
+    /// Serializes scrubbing deletions from the share snapshot with installing a new one; holds
+    /// the serial ids deleted while a new one is being written (scrubbed from it before it is
+    /// installed).
+    pub(crate) snapshot_deleted: Mutex<Option<Vec<u64>>>,
     pub(crate) results_tx: broadcast::Sender<Arc<SignedResult>>,
     /// Serialises batch application.
     /// Held by the blocking task itself, so an apply whose caller went away
@@ -188,7 +196,7 @@ impl NodeState {
         }
         let health = crate::node::health::Health::new(config.peers.iter().map(|p| p.party_id));
 
-        let shares = load_shares(store.as_ref(), &metrics)?;
+        let (shares, snapshot_due) = load_shares(store.as_ref(), &config, &metrics)?;
         evaluator.prepare(&shares)?;
         let mut queue = PendingQueue::keeping_opened(KEPT_BATCHES * config.batch.max_size);
         let mut unopenable = std::collections::HashSet::new();
@@ -237,6 +245,8 @@ impl NodeState {
             unopenable,
             queue: Mutex::new(queue),
             shares: RwLock::new(shares),
+            snapshot_due: AtomicBool::new(snapshot_due),
+            snapshot_deleted: Mutex::new(None),
             results_tx,
             apply_lock: Arc::new(tokio::sync::Mutex::new(())),
             pending_stats: std::sync::Mutex::new(None),
@@ -341,11 +351,29 @@ impl NodeState {
     }
 }
 
-/// Loads every enrolled entry into memory (logging the rate) and counts the time taken.
-fn load_shares(store: &dyn Store, metrics: &Metrics) -> Result<ShareDb, StoreError> {
-    let (db, took) = crate::store::load::share_db_logged(store)?;
+/// Loads every enrolled entry into memory (from the share snapshot where one fits, logging
+/// the rate) and counts the time taken. Returns whether a new snapshot is due: none was
+/// read, or more than [`SNAPSHOT_STALE_FRACTION`] of the entries came from the store.
+fn load_shares(
+    store: &dyn Store,
+    config: &NodeConfig,
+    metrics: &Metrics,
+) -> Result<(ShareDb, bool), StoreError> {
+    let path = config.store.snapshot_path(&config.data_dir);
+    if let Some(p) = &path {
+        // One a crash cut short holds share bytes and is never read.
+        let _ = std::fs::remove_file(p.with_extension("tmp"));
+    }
+    let (db, report) = crate::store::load::share_db_logged(store, path.as_deref())?;
     metrics
         .load_ms
-        .inc_by(u64::try_from(took.as_millis()).unwrap_or(u64::MAX));
-    Ok(db)
+        .inc_by(u64::try_from(report.took.as_millis()).unwrap_or(u64::MAX));
+    let due = path.is_some()
+        && report.snapshot.is_none_or(|l| {
+            l.from_store as f64 > SNAPSHOT_STALE_FRACTION * (l.from_store + l.from_snapshot) as f64
+        });
+    Ok((db, due))
 }
+
+/// The share of entries fetched from the store past which a start-up writes a new snapshot.
+const SNAPSHOT_STALE_FRACTION: f64 = 0.01;

@@ -174,6 +174,10 @@ pub async fn run(
         peers.clone(),
         stop_rx.clone(),
     ));
+    let snapshots = tokio::spawn(crate::node::maintain_snapshot(
+        state.clone(),
+        stop_rx.clone(),
+    ));
     // Only party 0 runs batches. Parties 1 and 2 decide nothing on their own, time-outs
     // included: a request is final only through a committed batch, so the three agree.
     let batch_task = (state.party == coordinator::COORDINATOR)
@@ -203,6 +207,7 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(10), peer_server).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
     probe.abort();
+    snapshots.abort();
     dispatch_results.abort();
     // Wait for in-flight batch application to finish before the store closes.
     drop(state.apply_lock.lock().await);

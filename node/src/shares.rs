@@ -10,6 +10,7 @@ use sdk_orb::shamir::{CodeShare, MaskShare, PartyShares};
 use zeroize::Zeroize;
 
 use crate::ids::SerialId;
+use ocelli_mpc::db::Eye;
 use ocelli_mpc::db::NewRows;
 use ocelli_mpc::MatchDb;
 
@@ -147,6 +148,8 @@ pub fn eye_parts(entry: &[u8]) -> [[&[u8]; 2]; 2] {
 pub struct ShareDb {
     rows: MatchDb,
     index: HashMap<SerialId, usize>,
+    /// The last batch whose share writes the rows hold (what a snapshot of them is taken at).
+    applied_batch: u64,
 }
 
 impl Default for ShareDb {
@@ -155,6 +158,7 @@ impl Default for ShareDb {
         ShareDb {
             rows: MatchDb::new().with_storage_advice(ocelli_os::advise_huge_pages::<u16>),
             index: HashMap::new(),
+            applied_batch: 0,
         }
     }
 }
@@ -268,5 +272,33 @@ impl ShareDb {
     /// The rows matching runs against.
     pub fn rows(&self) -> &MatchDb {
         &self.rows
+    }
+
+    /// The last batch whose share writes the rows hold.
+    pub fn applied_batch(&self) -> u64 {
+        self.applied_batch
+    }
+
+    /// Records that the rows hold the share writes of every batch up to `batch`.
+    pub fn set_applied_batch(&mut self, batch: u64) {
+        self.applied_batch = batch;
+    }
+
+    /// Writes row `row`'s entry into `out` in its stored form (the inverse of the load's
+    /// decoding).
+    ///
+    /// # Panics
+    /// If `row` is past the end or `out` is not [`ENTRY_BYTES`] long.
+    pub fn entry_le_bytes(&self, row: usize, out: &mut [u8]) {
+        assert_eq!(out.len(), ENTRY_BYTES);
+        let mut at = 0;
+        for eye in [Eye::Left, Eye::Right] {
+            for part in [self.rows.code(eye, row), self.rows.mask(eye, row)] {
+                for (d, v) in out[at..at + 2 * part.len()].chunks_exact_mut(2).zip(part) {
+                    d.copy_from_slice(&v.to_le_bytes());
+                }
+                at += 2 * part.len();
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ pub mod migrate;
 pub mod period;
 pub mod postgres;
 pub mod redb;
+pub mod snapshot;
 #[cfg(feature = "test-support")]
 pub mod synthetic;
 
@@ -380,6 +381,43 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         serials: std::ops::RangeInclusive<u64>,
         f: &mut ShareVisitor<'_>,
     ) -> Result<(), StoreError>;
+
+    /// [`Store::for_each_share_bytes`] over those of `serials` (ascending) that are enrolled.
+    /// Safe to call from several threads at once.
+    ///
+    /// # Errors
+    /// Backend failure, or the error `f` returned.
+    fn for_each_share_bytes_of(
+        &self,
+        serials: &[u64],
+        f: &mut ShareVisitor<'_>,
+    ) -> Result<(), StoreError> {
+        serials
+            .iter()
+            .try_for_each(|&s| self.for_each_share_bytes_in(s..=s, f))
+    }
+
+    /// A random token naming this store, drawn when it was created (a copy into another
+    /// store gets its own); `None` where the backend does not track which batch wrote each
+    /// entry ([`Store::shares_written_after`]), so no share snapshot can be checked against it.
+    ///
+    /// # Errors
+    /// Backend failure or a corrupt record.
+    fn identity(&self) -> Result<Option<[u8; 16]>, StoreError> {
+        Ok(None)
+    }
+
+    /// The enrolled serial ids, ascending, whose entries a batch after `batch` wrote (a write
+    /// outside a batch counts as the next batch's); `None` where the backend does not track
+    /// it. A start-up load takes every other entry from a share snapshot taken at `batch`
+    /// ([`crate::store::snapshot`]).
+    ///
+    /// # Errors
+    /// Backend failure or a corrupt serial id.
+    fn shares_written_after(&self, batch: u64) -> Result<Option<Vec<u64>>, StoreError> {
+        let _ = batch;
+        Ok(None)
+    }
 
     /// Calls `f` for every enrolled entry in serial id order.
     ///

@@ -11,10 +11,11 @@ use ocelli_mpc::db::{Eye, Part};
 use ocelli_node::ids::{RequestId, SerialId};
 use ocelli_node::shares::{ShareDb, StoredShares, ENTRY_BYTES};
 use ocelli_node::stats::{Comparison, Histogram, OpenedHistograms, Population};
-use ocelli_node::store::load::share_db;
+use ocelli_node::store::load::{share_db, share_db_logged};
 use ocelli_node::store::period::{StatsPeriod, StatsWrite};
 use ocelli_node::store::postgres::{drop_schema, PgOptions, PgStore, PgTls, PgTlsError};
 use ocelli_node::store::redb::RedbStore;
+use ocelli_node::store::snapshot::{self, Snapshot, SnapshotError};
 use ocelli_node::store::synthetic::{fill, share_db_one_by_one, FillError};
 use ocelli_node::store::{
     Attestation, BatchWrite, FinalWrite, Meta, RequestRecord, RequestState, ShareWrite, Store,
@@ -409,9 +410,14 @@ fn random_shares(rng: &mut impl RngCore) -> StoredShares {
 /// Bit for bit: serial ids, every row of every share vector, the index and the change count
 /// (compared without printing shares).
 fn assert_same_db(a: &ShareDb, b: &ShareDb) {
+    assert_eq!(a.rows().generation(), b.rows().generation());
+    assert_same_rows(a, b);
+}
+
+/// [`assert_same_db`] but for the change count (one database changed in place, one loaded).
+fn assert_same_rows(a: &ShareDb, b: &ShareDb) {
     let (ra, rb) = (a.rows(), b.rows());
     assert_eq!(ra.serial_ids(), rb.serial_ids());
-    assert_eq!(ra.generation(), rb.generation());
     for eye in Eye::BOTH {
         for part in [Part::Code, Part::Mask] {
             let same = ra.vectors(eye, part, 0..ra.len()) == rb.vectors(eye, part, 0..rb.len());
@@ -869,5 +875,229 @@ fn load_rate() -> Res {
             (people * ENTRY_BYTES as u64) as f64 / 1048576.0 / load
         );
     }
+    Ok(())
+}
+
+/// A batch write with a batch log entry, as the batch loop makes.
+fn logged_batch(id: u64, commit: &[u8], next_serial: u64) -> BatchWrite {
+    BatchWrite {
+        batch: Some((id, commit.to_vec(), [0; 32])),
+        next_serial,
+        ..BatchWrite::default()
+    }
+}
+
+/// The store's full load with the batch it holds recorded, as a start-up makes it.
+fn full_load(s: &dyn Store) -> Res<ShareDb> {
+    let mut db = share_db(s, &|_| ())?;
+    db.set_applied_batch(s.meta()?.last_applied_batch);
+    Ok(db)
+}
+
+/// 200 people enrolled out of order by batch 1.
+fn enrolled_by_batch_one(s: &dyn Store) -> Res {
+    let mut rng = rand::thread_rng();
+    let mut w = logged_batch(1, b"commit 1", 201);
+    for serial in (1..=200).rev() {
+        w.shares
+            .push((SerialId(serial), ShareWrite::Put(random_shares(&mut rng))));
+    }
+    Ok(s.apply_batch(&w)?)
+}
+
+/// A store with [`enrolled_by_batch_one`]'s people, its database loaded, and where a snapshot
+/// of it goes (the directory lives as long as the returned guard).
+fn at_batch_one(
+    pg: &Pg,
+) -> Res<(
+    Arc<dyn Store>,
+    ShareDb,
+    tempfile::TempDir,
+    std::path::PathBuf,
+)> {
+    let s = pg.open()?;
+    enrolled_by_batch_one(s.as_ref())?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("shares.snapshot");
+    let db = full_load(s.as_ref())?;
+    Ok((s, db, dir, path))
+}
+
+/// Batch 2 enrols 60 more, replaces two and deletes three (one of them new); a write outside
+/// a batch then replaces one more.
+fn changed_after_batch_one(s: &dyn Store, db: Option<&mut ShareDb>) -> Res {
+    let mut rng = rand::thread_rng();
+    let mut w = logged_batch(2, b"commit 2", 261);
+    for serial in (201..=260).chain([5, 50]) {
+        w.shares
+            .push((SerialId(serial), ShareWrite::Put(random_shares(&mut rng))));
+    }
+    for serial in [7, 100, 201] {
+        w.shares.push((SerialId(serial), ShareWrite::Delete));
+    }
+    s.apply_batch(&w)?;
+    let outside = BatchWrite {
+        shares: vec![(SerialId(60), ShareWrite::Put(random_shares(&mut rng)))],
+        next_serial: 261,
+        ..BatchWrite::default()
+    };
+    s.apply_batch(&outside)?;
+    if let Some(db) = db {
+        for (serial, write) in w.shares.into_iter().chain(outside.shares) {
+            match write {
+                ShareWrite::Put(e) => db.put(serial, e),
+                ShareWrite::Delete => db.remove(serial),
+            }
+        }
+        db.set_applied_batch(2);
+    }
+    Ok(())
+}
+
+/// A snapshot taken at batch 1 plus the entries written since loads the database the store
+/// alone gives: enrolments, replacements (in a batch and outside one) and deletions after it.
+#[test]
+fn postgres_snapshot_and_the_entries_since_load_as_the_store() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let (s, at_one, _dir, path) = at_batch_one(&pg)?;
+    let w = snapshot::write(&path, s.as_ref(), || &at_one)?;
+    assert_eq!((w.entries, w.batch), (200, 1));
+    assert_eq!(w.bytes, std::fs::metadata(&path)?.len());
+    changed_after_batch_one(s.as_ref(), None)?;
+    let snap = Snapshot::open(&path, s.as_ref())?.expect("the snapshot fits");
+    let (db, loaded) = snap.load(s.as_ref(), &|_| ())?;
+    // 202..=260, 5, 50 and 60 were written after batch 1.
+    assert_eq!((loaded.from_snapshot, loaded.from_store), (195, 62));
+    assert_same_db(&db, &full_load(s.as_ref())?);
+    let (logged, report) = share_db_logged(s.as_ref(), Some(&path))?;
+    assert_eq!(report.snapshot, Some(loaded));
+    assert_eq!(logged.applied_batch(), 2);
+    assert_same_db(&logged, &db);
+    Ok(())
+}
+
+/// Batches applied while a snapshot is taken (between two holds of the read lock) leave it
+/// stamped with the batch it began at; the load fetches what they wrote.
+#[test]
+fn postgres_snapshot_taken_while_batches_apply() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let (s, at_one, _dir, path) = at_batch_one(&pg)?;
+    let db = std::sync::RwLock::new(at_one);
+    let holds = std::sync::atomic::AtomicU32::new(0);
+    let w = snapshot::write(&path, s.as_ref(), || {
+        if holds.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            changed_after_batch_one(s.as_ref(), Some(&mut db.write().unwrap())).unwrap();
+        }
+        db.read().unwrap()
+    })?;
+    assert!(
+        holds.into_inner() > 2,
+        "the rows were read in several holds"
+    );
+    assert_eq!(w.batch, 1);
+    let snap = Snapshot::open(&path, s.as_ref())?.expect("the snapshot fits");
+    let (loaded, _) = snap.load(s.as_ref(), &|_| ())?;
+    assert_same_db(&loaded, &full_load(s.as_ref())?);
+    assert_same_rows(&loaded, &db.into_inner().unwrap());
+    Ok(())
+}
+
+/// A snapshot of another store, of a history that differs at its batch, a damaged or cut
+/// one is refused with its reason, and the logged load reads the store instead.
+#[test]
+fn postgres_snapshot_that_does_not_fit_is_not_used() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let (s, at_one, _dir, path) = at_batch_one(&pg)?;
+    snapshot::write(&path, s.as_ref(), || &at_one)?;
+    let good = std::fs::read(&path)?;
+    let refused = |s: &dyn Store| -> Res<String> {
+        let why = match Snapshot::open(&path, s)
+            .and_then(|snap| snap.expect("a file is there").load(s, &|_| ()).map(|_| ()))
+        {
+            Ok(()) => panic!("an unfit snapshot was used"),
+            Err(e) => e.to_string(),
+        };
+        let (db, report) = share_db_logged(s, Some(&path))?;
+        assert_eq!(report.snapshot, None);
+        assert_same_db(&db, &full_load(s)?);
+        Ok(why)
+    };
+
+    let other = Pg::new().expect("a server");
+    let o = other.open()?;
+    enrolled_by_batch_one(o.as_ref())?;
+    assert!(refused(o.as_ref())?.contains("another store"));
+
+    // An entry's bytes changed on disk.
+    let mut bad = good.clone();
+    bad[snapshot::HEADER + 3 * snapshot::RECORD + 100] ^= 1;
+    std::fs::write(&path, &bad)?;
+    assert!(refused(s.as_ref())?.contains("fails its check"));
+    std::fs::write(&path, &good[..good.len() - 1])?;
+    assert!(refused(s.as_ref())?.contains("length"));
+    std::fs::write(&path, b"not a snapshot")?;
+    assert!(refused(s.as_ref())?.contains("header"));
+
+    std::fs::write(&path, &good)?;
+    assert!(Snapshot::open(&path, s.as_ref())?.is_some());
+    // The batch log holds another commit at the snapshot's batch (a store restored and run
+    // on differently).
+    s.apply_batch(&logged_batch(1, b"another commit 1", 201))?;
+    assert!(refused(s.as_ref())?.contains("batch log differs"));
+    // Rows that claim a batch the log lacks are never stamped.
+    let mut ahead = full_load(s.as_ref())?;
+    ahead.set_applied_batch(9);
+    assert!(snapshot::write(&path, s.as_ref(), || &ahead).is_err());
+    Ok(())
+}
+
+/// The redb store is a local file already: it keeps no snapshot, and a file at the path is
+/// not read.
+#[test]
+fn redb_keeps_no_snapshot() -> Res {
+    let b = redb();
+    let s = b.open()?;
+    enrolled_by_batch_one(s.as_ref())?;
+    let path = b.0.path().join("shares.snapshot");
+    let db = full_load(s.as_ref())?;
+    assert!(matches!(
+        snapshot::write(&path, s.as_ref(), || &db),
+        Err(SnapshotError::Unsupported)
+    ));
+    std::fs::write(&path, b"anything")?;
+    let (loaded, report) = share_db_logged(s.as_ref(), Some(&path))?;
+    assert_eq!(report.snapshot, None);
+    assert_same_db(&loaded, &db);
+    Ok(())
+}
+
+/// A deletion is scrubbed from the snapshot: the entry's bytes are gone from the file, and the
+/// load still gives the store's database.
+#[test]
+fn postgres_deleted_entries_are_scrubbed_from_the_snapshot() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let (s, at_one, _dir, path) = at_batch_one(&pg)?;
+    snapshot::write(&path, s.as_ref(), || &at_one)?;
+    let entry = |serial: u64| {
+        let mut e = vec![0u8; ENTRY_BYTES];
+        at_one.entry_le_bytes(at_one.row_of(SerialId(serial)).unwrap(), &mut e);
+        e
+    };
+    let (gone, kept) = (entry(10), entry(11));
+    let holds = |e: &[u8]| -> Res<bool> {
+        Ok(std::fs::read(&path)?
+            .windows(e.len())
+            .step_by(8)
+            .any(|w| w == e))
+    };
+    assert!(holds(&gone)? && holds(&kept)?);
+    let mut w = logged_batch(2, b"commit 2", 201);
+    w.shares.push((SerialId(10), ShareWrite::Delete));
+    s.apply_batch(&w)?;
+    assert_eq!(snapshot::scrub(&path, &[10, 9_999])?, 1);
+    assert!(!holds(&gone)? && holds(&kept)?);
+    let (db, report) = share_db_logged(s.as_ref(), Some(&path))?;
+    assert_eq!(report.snapshot.map(|l| l.from_snapshot), Some(199));
+    assert_same_db(&db, &full_load(s.as_ref())?);
     Ok(())
 }

@@ -153,6 +153,22 @@ fn rlim_u64(v: libc::rlim_t) -> u64 {
     v as u64
 }
 
+/// Tells the kernel that `file` will be read sequentially (a larger read-ahead window); a
+/// hint only, so a failure is ignored.
+#[allow(unsafe_code)]
+pub fn advise_sequential(file: &std::fs::File) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: posix_fadvise reads no memory; a bad descriptor only returns an error.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = file;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

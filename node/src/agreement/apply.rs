@@ -610,10 +610,21 @@ pub(crate) fn finish_in_memory(
                 ShareWrite::Delete => db.remove(*serial),
             }
         }
+        if let Some((batch, _, _)) = &write.batch {
+            db.set_applied_batch(*batch);
+        }
+
         state
             .metrics
             .enrolled
             .set(i64::try_from(db.len()).unwrap_or(i64::MAX));
+    }
+    let deleted: Vec<u64> = (write.shares.iter())
+        .filter(|(_, w)| matches!(w, ShareWrite::Delete))
+        .map(|(s, _)| s.0)
+        .collect();
+    if !deleted.is_empty() {
+        crate::node::forget_in_snapshot(state, &deleted);
     }
     state
         .metrics

@@ -265,8 +265,12 @@ enum StartupStep {
         store: StoreArgs,
         /// Load as before the preallocated path: each entry copied out, decoded and inserted
         /// on its own (the reference, for comparison).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "snapshot")]
         one_by_one: bool,
+        /// Load through the share snapshot at this path, as `serve` does with
+        /// `store.snapshot`; written first (from a load of the store) where the file is absent.
+        #[arg(long, value_name = "FILE")]
+        snapshot: Option<PathBuf>,
     },
 }
 
@@ -329,7 +333,12 @@ fn bench_startup(step: StartupStep, started: std::time::Instant) -> ExitCode {
             );
             Ok(())
         })(),
-        StartupStep::Load { store, one_by_one } => (|| {
+        StartupStep::Load {
+            store,
+            one_by_one,
+            snapshot,
+        } => (|| {
+            let mut from_snapshot = None;
             let t = std::time::Instant::now();
             let s = open(&store)?;
             let open_s = t.elapsed().as_secs_f64();
@@ -338,7 +347,18 @@ fn bench_startup(step: StartupStep, started: std::time::Instant) -> ExitCode {
                 let db = ocelli_node::store::synthetic::share_db_one_by_one(s.as_ref())?;
                 (db, t.elapsed())
             } else {
-                ocelli_node::store::load::share_db_logged(s.as_ref())?
+                let path = snapshot.as_deref();
+                if let (Some(path), false) = (path, path.is_some_and(std::path::Path::exists)) {
+                    let (db, _) = ocelli_node::store::load::share_db_logged(s.as_ref(), None)?;
+                    let w = ocelli_node::store::snapshot::write(path, s.as_ref(), || &db)?;
+                    eprintln!(
+                        "snapshot: {} entries at batch {}, {:.1} s",
+                        w.entries, w.batch, w.seconds
+                    );
+                }
+                let (db, report) = ocelli_node::store::load::share_db_logged(s.as_ref(), path)?;
+                from_snapshot = report.snapshot.map(|l| l.from_snapshot);
+                (db, report.took)
             };
             let to_loaded_s = started.elapsed().as_secs_f64();
             let load_s = took.as_secs_f64();
@@ -347,6 +367,7 @@ fn bench_startup(step: StartupStep, started: std::time::Instant) -> ExitCode {
                 "{}",
                 serde_json::json!({
                     "people": db.len(),
+                    "from_snapshot": from_snapshot,
                     "open_s": open_s,
                     "load_s": load_s,
                     "process_start_to_loaded_s": to_loaded_s,

@@ -2,14 +2,18 @@
 //! serial order. The rows are allocated once for the stored count, and each entry is decoded
 //! from the backend's buffer straight into its row: no allocation or copy per entry. Where the
 //! backend reads the serial ids apart from the shares (PostgreSQL), the rows are laid out
-//! first and filled in serial ranges on several connections at once.
+//! first and filled in serial ranges on several connections at once. Where the node keeps a
+//! share snapshot ([`super::snapshot`]), the ranges are filled from it instead, and only the
+//! entries written since it was taken come from the store.
 
 use std::num::NonZeroUsize;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ocelli_mpc::db::NewRows;
 
+use super::snapshot::{Loaded, Snapshot, SnapshotError};
 use super::{Store, StoreError};
 use crate::ids::SerialId;
 use crate::shares::{eye_parts, ShareDb, ENTRY_BYTES};
@@ -54,10 +58,24 @@ fn in_ranges(
     serials: &[u64],
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ShareDb, StoreError> {
+    let loaded = AtomicU64::new(0);
+    let db = in_parts(serials, |part| fill_part(store, part, &loaded, progress))?;
+    progress(serials.len() as u64);
+    Ok(db)
+}
+
+/// Lays out zeroed rows for `serials` (ascending) and has `fill` fill them, one part per
+/// available core, each on its own thread.
+///
+/// # Errors
+/// The first error a part's `fill` returned.
+pub(crate) fn in_parts<E: From<StoreError> + Send>(
+    serials: &[u64],
+    fill: impl Fn(NewRows<'_>) -> Result<(), E> + Sync,
+) -> Result<ShareDb, E> {
     let readers = cores();
     let per_part = serials.len().div_ceil(readers).max(1);
     let mut db = ShareDb::with_capacity(serials.len(), readers);
-    let loaded = AtomicU64::new(0);
     let mut parts = Vec::with_capacity(readers);
     let mut rest = db.append_zeroed(serials);
     while rest.len() > per_part {
@@ -67,16 +85,16 @@ fn in_ranges(
     }
     parts.push(rest);
     std::thread::scope(|s| {
-        let readers: Vec<_> = parts
+        let fill = &fill;
+        let threads: Vec<_> = parts
             .into_iter()
-            .map(|part| s.spawn(|| fill_part(store, part, &loaded, progress)))
+            .map(|part| s.spawn(move || fill(part)))
             .collect();
-        readers.into_iter().try_for_each(|r| {
+        threads.into_iter().try_for_each(|r| {
             r.join()
-                .map_err(|_| StoreError::Unfinished("a load thread panicked".to_owned()))?
+                .map_err(|_| E::from(StoreError::Unfinished("a load thread panicked".to_owned())))?
         })
     })?;
-    progress(serials.len() as u64);
     Ok(db)
 }
 
@@ -112,12 +130,27 @@ fn fill_part(
     Ok(())
 }
 
-/// [`share_db`] with a progress bar (on a terminal), logging the load rate; returns the
-/// database and the time the load took.
+/// How a start-up load went.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadReport {
+    /// Time the load took.
+    pub took: Duration,
+    /// Where the entries came from: `None` all from the store, else from a share snapshot and
+    /// the entries written since.
+    pub snapshot: Option<Loaded>,
+}
+
+/// [`share_db`] with a progress bar (on a terminal), logging the load rate; reads the share
+/// snapshot at `snapshot` where one fits the store ([`Snapshot::open`]), and the store alone
+/// otherwise. The database holds the store's last applied batch.
 ///
 /// # Errors
 /// As [`share_db`].
-pub fn share_db_logged(store: &dyn Store) -> Result<(ShareDb, Duration), StoreError> {
+pub fn share_db_logged(
+    store: &dyn Store,
+    snapshot: Option<&Path>,
+) -> Result<(ShareDb, LoadReport), StoreError> {
+    let applied = store.meta()?.last_applied_batch;
     let bar = indicatif::ProgressBar::new(store.share_count()?);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -126,7 +159,31 @@ pub fn share_db_logged(store: &dyn Store) -> Result<(ShareDb, Duration), StoreEr
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let start = Instant::now();
-    let db = share_db(store, &|n| bar.set_position(n))?;
+    let progress = |n| bar.set_position(n);
+    let from_snapshot = snapshot.and_then(|path| {
+        let tried = Snapshot::open(path, store).and_then(|snap| match snap {
+            Some(snap) => snap.load(store, &progress).map(Some),
+            None => Ok(None),
+        });
+        match tried {
+            Ok(Some(loaded)) => Some(loaded),
+            Ok(None) => {
+                tracing::info!(path = %path.display(), "no share snapshot yet: loading from the store");
+                None
+            }
+            Err(SnapshotError::Unsupported) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "loading from the store instead");
+                bar.set_position(0);
+                None
+            }
+        }
+    });
+    let (mut db, source) = match from_snapshot {
+        Some((db, loaded)) => (db, Some(loaded)),
+        None => (share_db(store, &progress)?, None),
+    };
+    db.set_applied_batch(applied);
     bar.finish_and_clear();
     let took = start.elapsed();
     let secs = took.as_secs_f64().max(1e-9);
@@ -134,10 +191,18 @@ pub fn share_db_logged(store: &dyn Store) -> Result<(ShareDb, Duration), StoreEr
     let bytes = n as f64 * ENTRY_BYTES as f64;
     tracing::info!(
         entries = n,
+        from_snapshot = source.map_or(0, |l| l.from_snapshot),
+        from_store = source.map_or(n as u64, |l| l.from_store),
         seconds = format!("{secs:.3}"),
         entries_per_s = format!("{:.0}", n as f64 / secs),
         mib_per_s = format!("{:.1}", bytes / 1048576.0 / secs),
         "share database loaded"
     );
-    Ok((db, took))
+    Ok((
+        db,
+        LoadReport {
+            took,
+            snapshot: source,
+        },
+    ))
 }

@@ -58,6 +58,12 @@ const MIGRATIONS: &[&str] = &[
     // 4: distance statistics: this party's running period and the opened histograms (JSON).
     "CREATE TABLE stats_period (id smallint PRIMARY KEY CHECK (id = 1), record bytea NOT NULL);
      CREATE TABLE opened_histograms (period bigint PRIMARY KEY, histograms bytea NOT NULL);",
+    // 5: what a share snapshot needs to be checked against: the batch that last wrote each
+    // entry (0 before this version) and a random identity of this store.
+    "ALTER TABLE shares ADD COLUMN written_batch bigint NOT NULL DEFAULT 0;
+     CREATE INDEX shares_written_batch ON shares (written_batch);
+     CREATE TABLE store_identity (id smallint PRIMARY KEY CHECK (id = 1), token bytea NOT NULL);
+     INSERT INTO store_identity VALUES (1, uuid_send(gen_random_uuid()));",
 ];
 
 /// The schema version this binary writes.
@@ -487,7 +493,8 @@ impl PgStore {
     }
 
     /// Writes shares batch-wise (multi-row upserts of [`INSERT_CHUNK`] rows,
-    /// one transaction): bulk enrolment and store migration.
+    /// one transaction): copying into a new store. They are marked as written before any
+    /// batch: no snapshot of a new store's identity can be older than they are.
     ///
     /// # Errors
     /// Backend failure (nothing is written then).
@@ -501,7 +508,7 @@ impl PgStore {
                     .map(|(s, _)| to_i64(s.0))
                     .collect::<Result<Vec<_>, _>>()?;
                 let entries: Vec<&[u8]> = chunk.iter().map(|(_, e)| e.as_bytes()).collect();
-                upsert_shares(&txn, &serials, &entries).await?;
+                upsert_shares(&txn, &serials, &entries, 0).await?;
             }
             txn.commit().await.map_err(be)
         })
@@ -583,15 +590,37 @@ pub struct RawRows {
     pub opened: Vec<OpenedHistograms>,
 }
 
+/// Runs `sql` (selecting serial and entry) and hands each row to `f` as it streams from the
+/// server, so memory stays bounded.
+async fn stream_shares(
+    c: &Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    f: &mut ShareVisitor<'_>,
+) -> Result<(), StoreError> {
+    let stream = c.query_raw(sql, params.iter().copied()).await.map_err(be)?;
+    pin_mut!(stream);
+    while let Some(row) = stream.next().await {
+        let row = row.map_err(be)?;
+        let serial = to_u64(row.get(0), "shares")?;
+        f(SerialId(serial), row.get::<_, &[u8]>(1))?;
+    }
+    Ok(())
+}
+
+/// Writes entries, marking them as written by batch `written` (see [`Store::shares_written_after`]).
 async fn upsert_shares(
     txn: &tokio_postgres::Transaction<'_>,
     serials: &[i64],
     entries: &[&[u8]],
+    written: i64,
 ) -> Result<(), StoreError> {
     txn.execute(
-        "INSERT INTO shares (serial, entry) SELECT * FROM unnest($1::bigint[], $2::bytea[])
-         ON CONFLICT (serial) DO UPDATE SET entry = excluded.entry",
-        &[&serials, &entries],
+        "INSERT INTO shares (serial, entry, written_batch)
+         SELECT s, e, $3 FROM unnest($1::bigint[], $2::bytea[]) AS t(s, e)
+         ON CONFLICT (serial) DO UPDATE SET entry = excluded.entry,
+         written_batch = excluded.written_batch",
+        &[&serials, &entries, &written],
     )
     .await
     .map_err(be)?;
@@ -802,7 +831,20 @@ impl Store for PgStore {
                 let serials: Vec<i64> = puts.iter().map(|(k, _)| **k).collect();
                 let entries: Vec<&[u8]> =
                     puts.iter().filter_map(|(_, v)| v.as_deref()).collect();
-                upsert_shares(&txn, &serials, &entries).await?;
+                // A write outside a batch counts as the next batch's, so a snapshot taken at
+                // the current one never holds it as current.
+                let written = match &batch {
+                    Some((id, _, _)) => *id,
+                    None => {
+                        let last: Option<i64> = txn
+                            .query_opt("SELECT value FROM meta WHERE key = $1", &[&LAST_APPLIED])
+                            .await
+                            .map_err(be)?
+                            .map(|r| r.get(0));
+                        last.unwrap_or(0).saturating_add(1)
+                    }
+                };
+                upsert_shares(&txn, &serials, &entries, written).await?;
             }
             if !dels.is_empty() {
                 let serials: Vec<i64> = dels.iter().map(|(k, _)| **k).collect();
@@ -1008,22 +1050,70 @@ impl Store for PgStore {
         let hi = i64::try_from(*serials.end()).unwrap_or(i64::MAX);
         // Rows stream from the server as `f` takes them, so memory stays bounded.
         self.run(async {
-            let c = self.conn().await?;
             let params: [&(dyn ToSql + Sync); 2] = [&lo, &hi];
-            let stream = c
-                .query_raw(
-                    "SELECT serial, entry FROM shares WHERE serial BETWEEN $1 AND $2 ORDER BY serial",
-                    params,
+            let c = self.conn().await?;
+            stream_shares(
+                &c,
+                "SELECT serial, entry FROM shares WHERE serial BETWEEN $1 AND $2 ORDER BY serial",
+                &params,
+                f,
+            )
+            .await
+        })
+    }
+
+    fn for_each_share_bytes_of(
+        &self,
+        serials: &[u64],
+        f: &mut ShareVisitor<'_>,
+    ) -> Result<(), StoreError> {
+        let ids = serials
+            .iter()
+            .map(|&s| to_i64(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.run(async {
+            let params: [&(dyn ToSql + Sync); 1] = [&ids];
+            let c = self.conn().await?;
+            stream_shares(
+                &c,
+                "SELECT serial, entry FROM shares WHERE serial = ANY($1) ORDER BY serial",
+                &params,
+                f,
+            )
+            .await
+        })
+    }
+
+    fn identity(&self) -> Result<Option<[u8; 16]>, StoreError> {
+        self.run(async {
+            let c = self.conn().await?;
+            let token: Vec<u8> = c
+                .query_one("SELECT token FROM store_identity WHERE id = 1", &[])
+                .await
+                .map_err(be)?
+                .get(0);
+            token
+                .try_into()
+                .map(Some)
+                .map_err(|_| StoreError::Corrupt("store_identity"))
+        })
+    }
+
+    fn shares_written_after(&self, batch: u64) -> Result<Option<Vec<u64>>, StoreError> {
+        let batch = to_i64(batch)?;
+        self.run(async {
+            let c = self.conn().await?;
+            let rows = c
+                .query(
+                    "SELECT serial FROM shares WHERE written_batch > $1 ORDER BY serial",
+                    &[&batch],
                 )
                 .await
                 .map_err(be)?;
-            pin_mut!(stream);
-            while let Some(row) = stream.next().await {
-                let row = row.map_err(be)?;
-                let serial = to_u64(row.get(0), "shares")?;
-                f(SerialId(serial), row.get::<_, &[u8]>(1))?;
-            }
-            Ok(())
+            rows.iter()
+                .map(|r| to_u64(r.get(0), "shares"))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some)
         })
     }
 

@@ -2,6 +2,7 @@
 //! load at scale (`ocelli-node bench-startup`). The shares are random bytes and no MPC runs:
 //! nothing is ever matched against them. Built only with the `test-support` feature.
 
+use prost::Message;
 use rand::RngCore;
 
 use super::{BatchWrite, ShareWrite, Store, StoreError};
@@ -23,7 +24,9 @@ pub enum FillError {
 }
 
 /// Enrols `people` synthetic people (serial ids 1 to `people`) into the empty `store`, in
-/// transactions of [`FILL_BATCH`]; `progress` hears the people written so far after each.
+/// transactions of [`FILL_BATCH`], each logged as a batch (ids from 1, a commit naming the
+/// batch and its first serial id, no requests) as enrolments are; `progress` hears the people
+/// written so far after each.
 ///
 /// # Errors
 /// The store is not empty, or fails (the transactions before stay written).
@@ -46,7 +49,14 @@ pub fn fill(
                 (SerialId(serial), ShareWrite::Put(entry))
             })
             .collect();
+        let batch_id = next.div_ceil(FILL_BATCH);
+        let commit = shared_proto::v1::BatchCommit {
+            batch_id,
+            next_serial_id: next,
+            ..Default::default()
+        };
         store.apply_batch(&BatchWrite {
+            batch: Some((batch_id, commit.encode_to_vec(), [0; 32])),
             shares,
             next_serial: end + 1,
             ..BatchWrite::default()

@@ -268,3 +268,35 @@ pub async fn store_summary(data: &Path, party: u8, pg: PgTarget<'_>) -> Res<Stor
     })
     .await?
 }
+
+/// Checks the share snapshot a node left in `data` (PostgreSQL stores keep one): it fits the
+/// store, and loading through it gives the rows the store alone gives.
+pub async fn check_share_snapshot(data: &Path, party: u8, pg: PgTarget<'_>) -> Res {
+    use ocelli_node::store::load::{share_db, share_db_logged};
+    let path = data.join(ocelli_node::config::SHARE_SNAPSHOT_FILE);
+    let (url, prefix) = pg.ok_or("a PostgreSQL store")?;
+    let opts = PgOptions {
+        url: url.to_owned(),
+        schema: format!("{prefix}_p{party}"),
+        pool_size: 2,
+        tls: PgTls::Disable,
+    };
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || -> Res {
+        let s = PgStore::open(&opts, rt)?;
+        let (through, report) = share_db_logged(&s, Some(&path))?;
+        let loaded = report.snapshot.ok_or("the snapshot was not used")?;
+        let alone = share_db(&s, &|_| ())?;
+        assert_eq!(loaded.from_snapshot + loaded.from_store, alone.len() as u64);
+        let (a, b) = (through.rows(), alone.rows());
+        assert_eq!(a.serial_ids(), b.serial_ids());
+        for eye in ocelli_mpc::db::Eye::BOTH {
+            for part in [ocelli_mpc::db::Part::Code, ocelli_mpc::db::Part::Mask] {
+                let same = a.vectors(eye, part, 0..a.len()) == b.vectors(eye, part, 0..b.len());
+                assert!(same, "party {party}: {eye:?} {part:?} rows differ");
+            }
+        }
+        Ok(())
+    })
+    .await?
+}
