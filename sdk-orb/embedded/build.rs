@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-const FAMILIES: [&str; 10] = [
+const FAMILIES: [&str; 12] = [
     "template_codec",
     "masked_bitvectors",
     "rotations",
@@ -19,6 +19,8 @@ const FAMILIES: [&str; 10] = [
     "envelope_rejections",
     "payload_rejections",
     "envelope_sealing_v2",
+    "envelope_rejections_v2",
+    "payload_rejections_v2",
 ];
 
 fn main() {
@@ -78,7 +80,7 @@ fn single(v: &Value) -> (&str, &Value) {
 
 fn hex(v: &Value) -> Vec<u8> {
     let s = v.as_str().unwrap_or_else(|| panic!("not hex: {v}"));
-    assert!(s.len() % 2 == 0, "odd hex length");
+    assert!(s.len().is_multiple_of(2), "odd hex length");
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
@@ -161,6 +163,17 @@ fn error_debug(v: &Value) -> String {
     }
 }
 
+/// A JSON list of hex strings as a list of byte arrays.
+fn list(v: &Value) -> String {
+    let items: Vec<String> = v
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|k| arr(&hex(k)))
+        .collect();
+    items.join(",")
+}
+
 /// `"accept"` or the `Debug` of the rejecting error; `None` for a stage not reached.
 fn outcome(v: &Value) -> String {
     match v {
@@ -187,6 +200,16 @@ impl Gen {
         let name = format!("blob{}.bin", self.blobs);
         std::fs::write(self.out_dir.join(&name), bytes).expect("write blob");
         format!("include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{name}\"))")
+    }
+
+    /// A vector's `patches` as `(offset, bytes)` pairs.
+    fn patches(&mut self, v: &Value) -> String {
+        let mut out = Vec::new();
+        for p in v.as_array().expect("patches") {
+            let bytes = self.blob(&hex(&p["bytes"]));
+            out.push(format!("({}, {bytes})", p["offset"]));
+        }
+        out.join(",")
     }
 
     fn template(&mut self, v: &Value) -> String {
@@ -499,22 +522,51 @@ impl Gen {
                 )
             }
             ("envelope_rejections", "reject") => {
-                let mut patches = Vec::new();
-                for p in c["patches"].as_array().expect("patches") {
-                    let bytes = self.blob(&hex(&p["bytes"]));
-                    patches.push(format!("({}, {bytes})", p["offset"]));
-                }
+                let patches = self.patches(&c["patches"]);
                 format!(
-                    "Case::EnvelopeReject {{ base: {}, length: {}, patches: &[{}], party: {}, \
-                     parse: {}, signature: {}, open: {}, valid_signature: {} }}",
+                    "Case::EnvelopeReject {{ base: {}, length: {}, patches: &[{patches}], \
+                     party: {}, parse: {}, signature: {}, open: {}, valid_signature: {} }}",
                     c["base"],
                     c["length"],
-                    patches.join(","),
                     c["party"],
                     outcome(&c["parse"]),
                     outcome(&c["signature"]),
                     outcome(&c["open"]),
                     flags.contains(&"valid_signature")
+                )
+            }
+            ("envelope_rejections_v2", "base") => {
+                let envelope = self.blob(&hex(&c["envelope"]));
+                format!(
+                    "Case::EnvelopeBaseV2(&EnvelopeBaseV2 {{ request: {}, node_seeds: [{}], \
+                     envelope: {envelope}, opened_sha256: [{}] }})",
+                    self.request(&c["request"]),
+                    list(&c["keys"]["node_seeds"]),
+                    list(&c["opened_sha256"])
+                )
+            }
+            // `node` and `intake` are the node's version setting and intake order: not the SDK's.
+            ("envelope_rejections_v2", "reject") => {
+                let patches = self.patches(&c["patches"]);
+                format!(
+                    "Case::EnvelopeRejectV2 {{ base: {}, length: {}, patches: &[{patches}], \
+                     party: {}, parse: {}, signature: {}, open: {} }}",
+                    c["base"],
+                    c["length"],
+                    c["party"],
+                    outcome(&c["parse"]),
+                    outcome(&c["signature"]),
+                    outcome(&c["open"])
+                )
+            }
+            ("payload_rejections_v2", "reject") => {
+                let payload = self.blob(&hex(&c["payload"]));
+                format!(
+                    "Case::PayloadRejectV2 {{ party: {}, request_id: {}, payload: {payload}, \
+                     error: {:?} }}",
+                    c["party"],
+                    arr(&hex(&c["request_id"])),
+                    error_debug(&c["error"])
                 )
             }
             ("payload_rejections", "reject") => {

@@ -79,6 +79,15 @@ pub struct EnvelopeBase {
     pub envelope: &'static [u8],
 }
 
+/// An `envelope_rejections_v2` base: X-Wing node seeds, and per party the SHA-256 of the shares
+/// it opens (left code, left mask, right code, right mask; little-endian u16).
+pub struct EnvelopeBaseV2 {
+    pub request: RequestMeta,
+    pub node_seeds: [[u8; 32]; 3],
+    pub envelope: &'static [u8],
+    pub opened_sha256: [[u8; 32]; 3],
+}
+
 #[derive(Clone, Copy)]
 pub enum RingOp {
     Add,
@@ -187,6 +196,22 @@ pub enum Case {
         valid_signature: bool,
     },
     PayloadReject {
+        party: u8,
+        request_id: [u8; 16],
+        payload: &'static [u8],
+        error: &'static str,
+    },
+    EnvelopeBaseV2(&'static EnvelopeBaseV2),
+    EnvelopeRejectV2 {
+        base: u32,
+        length: usize,
+        patches: &'static [(usize, &'static [u8])],
+        party: u8,
+        parse: Option<&'static str>,
+        signature: Option<&'static str>,
+        open: Option<&'static str>,
+    },
+    PayloadRejectV2 {
         party: u8,
         request_id: [u8; 16],
         payload: &'static [u8],

@@ -4,7 +4,7 @@ use core::fmt::Write as _;
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
-use sdk_orb::envelope::v2::{envelope_len_v2, seal_envelope_v2};
+use sdk_orb::envelope::v2::{decode_payload_v2, envelope_len_v2, seal_envelope_v2};
 use sdk_orb::envelope::{
     decode_payload, envelope_len, seal_envelope, EnvelopeView, MAX_ENVELOPE_LEN,
 };
@@ -413,19 +413,7 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             }) else {
                 fail!("base {base} is not a base vector");
             };
-            let bytes = &mut buf.envelope[..];
-            if *length > bytes.len() {
-                fail!("length {length} exceeds the buffer");
-            }
-            let keep = base.envelope.len().min(*length);
-            bytes[..keep].copy_from_slice(&base.envelope[..keep]);
-            bytes[keep..*length].fill(0);
-            for (offset, patch) in patches.iter() {
-                let Some(dst) = bytes[..*length].get_mut(*offset..offset + patch.len()) else {
-                    fail!("patch at {offset} runs past the length");
-                };
-                dst.copy_from_slice(patch);
-            }
+            patch_into(&mut buf.envelope[..], base.envelope, *length, patches)?;
             let got = stages_in_place(*length, *p, &base.keys, buf)?;
             expect("parse", got.0.as_deref(), *parse)?;
             expect("signature", got.1.as_deref(), *signature)?;
@@ -444,7 +432,105 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             Ok(()) => fail!("accepted"),
             Err(e) => expect("error", debug(&e).as_str(), error),
         },
+        Case::EnvelopeBaseV2(b) => {
+            let view = EnvelopeView::parse_v2(b.envelope).or_else(|e| fail!("parse: {e:?}"))?;
+            expect("request", view.meta(), &b.request)?;
+            expect("signature", outcome(&view.verify_signature()), accept())?;
+            for p in PartyId::ALL {
+                let key = NodeHybridSecretKey::from_seed(&b.node_seeds[p.index()]);
+                if let Err(e) = view.open_into(p, &key, &mut buf.scratch[..], buf.shares) {
+                    fail!("party {}: open: {e:?}", p.index());
+                }
+                expect(
+                    "opened shares",
+                    shares_sha256(buf.shares),
+                    b.opened_sha256[p.index()],
+                )?;
+            }
+            Ok(())
+        }
+        Case::EnvelopeRejectV2 {
+            base,
+            length,
+            patches,
+            party: p,
+            parse,
+            signature,
+            open,
+        } => {
+            let Some(base) = CASES.iter().find_map(|v| match v.case {
+                Case::EnvelopeBaseV2(b)
+                    if v.family == "envelope_rejections_v2" && v.id == *base =>
+                {
+                    Some(b)
+                }
+                _ => None,
+            }) else {
+                fail!("base {base} is not a base vector");
+            };
+            patch_into(&mut buf.envelope[..], base.envelope, *length, patches)?;
+            let got = stages_v2(*length, *p, &base.node_seeds, buf)?;
+            expect("parse", got.0.as_deref(), *parse)?;
+            expect("signature", got.1.as_deref(), *signature)?;
+            expect("open", got.2.as_deref(), *open)
+        }
+        Case::PayloadRejectV2 {
+            party: p,
+            request_id,
+            payload,
+            error,
+        } => match decode_payload_v2(payload, party(*p)?, &RequestId(*request_id), buf.shares) {
+            Ok(()) => fail!("accepted"),
+            Err(e) => expect("error", debug(&e).as_str(), error),
+        },
     }
+}
+
+/// Writes `base` cut or zero-extended to `length` into `bytes`, then the patches.
+fn patch_into(bytes: &mut [u8], base: &[u8], length: usize, patches: &[(usize, &[u8])]) -> Check {
+    if length > bytes.len() {
+        fail!("length {length} exceeds the buffer");
+    }
+    let keep = base.len().min(length);
+    bytes[..keep].copy_from_slice(&base[..keep]);
+    bytes[keep..length].fill(0);
+    for (offset, patch) in patches {
+        let Some(dst) = bytes[..length].get_mut(*offset..offset + patch.len()) else {
+            fail!("patch at {offset} runs past the length");
+        };
+        dst.copy_from_slice(patch);
+    }
+    Ok(())
+}
+
+/// SHA-256 of opened shares: left code, left mask, right code, right mask, little-endian u16.
+fn shares_sha256(s: &PartyShares) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for eye in [&s.left, &s.right] {
+        for c in eye.code.0.iter().chain(eye.mask.0.iter()) {
+            h.update(c.to_le_bytes());
+        }
+    }
+    h.finalize().into()
+}
+
+/// Parse, signature and opening of `party`'s version 2 payload in the first `length` bytes of
+/// the envelope buffer, as a node runs them.
+fn stages_v2(
+    length: usize,
+    p: u8,
+    seeds: &[[u8; 32]; 3],
+    buf: &mut Buffers,
+) -> Result<Stages, Fail> {
+    let id = party(p)?;
+    let view = match EnvelopeView::parse_v2(&buf.envelope[..length]) {
+        Ok(v) => v,
+        Err(e) => return Ok((Some(debug(&e)), None, None)),
+    };
+    let sig = outcome(&view.verify_signature());
+    let key = NodeHybridSecretKey::from_seed(&seeds[id.index()]);
+    let open = outcome(&view.open_into(id, &key, &mut buf.scratch[..], buf.shares));
+    Ok((accept(), sig, open))
 }
 
 /// Seals an `envelope_sealing_v2` vector with the stack painted and the timer running, prints
