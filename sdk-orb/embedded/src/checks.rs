@@ -534,7 +534,7 @@ fn stages_v2(
 }
 
 /// Seals an `envelope_sealing_v2` vector with the stack painted and the timer running, prints
-/// the stack high-water mark and the instructions, and checks the envelope byte for byte.
+/// the figures (named as this image's), and checks the envelope byte for byte.
 fn seal_v2(s: &SealV2, buf: &mut Buffers) -> Check {
     let nodes = NodeHybridPublicKeys(core::array::from_fn(|p| {
         NodeHybridSecretKey::from_seed(&s.node_seeds[p]).public_key()
@@ -555,9 +555,13 @@ fn seal_v2(s: &SealV2, buf: &mut Buffers) -> Check {
             &mut buf.envelope[..],
         )
     });
-    // Each vector seals for another seeded party; run.sh reads the first one's figures.
-    cortex_m_semihosting::hprintln!("seal_envelope v2 stack bytes: {}", counter.last_stack());
-    cortex_m_semihosting::hprintln!("seal_envelope v2 instructions: {}", insns);
+    // Each vector seals for another seeded party. Not the orb's figures (the seal-measured
+    // image's): this image also opens version 2 envelopes, which changes how the seal inlines.
+    cortex_m_semihosting::hprintln!("test image seal_envelope v2 instructions: {}", insns);
+    cortex_m_semihosting::hprintln!(
+        "test image seal_envelope v2 stack bytes: {}",
+        counter.last_stack()
+    );
     let n = sealed.or_else(|e| fail!("seal: {e:?}"))?;
     expect("envelope length", n, envelope_len_v2(&s.request))?;
     if buf.envelope[n..].iter().any(|&b| b != 0xA5) {
