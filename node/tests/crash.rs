@@ -105,6 +105,8 @@ async fn start_cluster(
         for party in 0u8..3 {
             let config = write_config(dir, &keys.dir, party, &ports, pg)?;
             let mut n = Node::new(config, dir.join(format!("party{party}.log")));
+            // JSON lines, for `wait_snapshot_at`.
+            n.env.push(("OCELLI_LOG_JSON".into(), "1".into()));
             n.spawn()?;
             nodes.push(n);
             let orb = ([127, 0, 0, 1], ports[party as usize][0]).into();
@@ -204,6 +206,15 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
     }
     // Wait until every node has answered everything.
     wait_drained(&clients, &nodes, Duration::from_secs(180)).await?;
+    if pg.is_some() {
+        for (party, n) in nodes.iter().enumerate() {
+            let data = dir.path().join(format!("data{party}"));
+            let last = store_summary(&data, party as u8, pg)
+                .await?
+                .last_applied_batch;
+            wait_snapshot_at(n, last, Duration::from_secs(30)).await?;
+        }
+    }
     // Graceful stop: exit status 0.
     for n in &mut nodes {
         let status = n.terminate()?;
@@ -218,7 +229,8 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
     assert_eq!(summaries[0], summaries[1]);
     assert_eq!(summaries[1], summaries[2]);
     // With PostgreSQL each node kept a share snapshot (taken every second, through the
-    // crashes); the one left fits its store and loads what the store alone does.
+    // crashes); the one left fits its store and loads what the store alone does, all of it
+    // from the file.
     if pg.is_some() {
         for party in 0..3 {
             let data = dir.path().join(format!("data{party}"));
@@ -231,6 +243,29 @@ async fn kill_9_run(pg: PgTarget<'_>) -> Res {
         assert!(r.result.is_some());
     }
     Ok(())
+}
+
+/// Waits until `node` logs a share snapshot taken at `batch`.
+async fn wait_snapshot_at(node: &Node, batch: u64, timeout: Duration) -> Res {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let log = std::fs::read_to_string(&node.log)?;
+        let taken = log.lines().any(|l| {
+            serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| {
+                v["fields"]["message"] == "share snapshot written"
+                    && v["fields"]["batch"].as_u64() == Some(batch)
+            })
+        });
+        if taken {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(
+                format!("no share snapshot at batch {batch}: {}", node.log_tail(20)).into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[test]

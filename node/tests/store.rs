@@ -1040,6 +1040,15 @@ fn postgres_snapshot_that_does_not_fit_is_not_used() -> Res {
 
     std::fs::write(&path, &good)?;
     assert!(Snapshot::open(&path, s.as_ref())?.is_some());
+    // 100 enrolled since, of 300: fetching them one list at a time would be the slower load.
+    let mut rng = rand::thread_rng();
+    let mut w = logged_batch(2, b"commit 2", 301);
+    for serial in 201..=300 {
+        w.shares
+            .push((SerialId(serial), ShareWrite::Put(random_shares(&mut rng))));
+    }
+    s.apply_batch(&w)?;
+    assert!(refused(s.as_ref())?.contains("a quarter"));
     // The batch log holds another commit at the snapshot's batch (a store restored and run
     // on differently).
     s.apply_batch(&logged_batch(1, b"another commit 1", 201))?;

@@ -217,8 +217,13 @@ enum Command {
         /// TOML config file (OCELLI_* environment variables override it).
         #[arg(long)]
         config: PathBuf,
-        /// Log as JSON lines.
-        #[arg(long, env = "OCELLI_LOG_JSON")]
+        /// Log as JSON lines (`OCELLI_LOG_JSON` takes 1/0, true/false, yes/no, on/off).
+        #[arg(
+            long,
+            env = "OCELLI_LOG_JSON",
+            action = clap::ArgAction::SetTrue,
+            value_parser = clap::builder::BoolishValueParser::new()
+        )]
         json_logs: bool,
     },
 }
@@ -439,8 +444,10 @@ where
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("OCELLI_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour codes only on a terminal: not in a log file or the journal.
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         b.json().init();

@@ -75,6 +75,9 @@ const NEXT_SERIAL: &str = "next_serial";
 /// Rows per multi-row insert when copying shares.
 pub const INSERT_CHUNK: usize = 1000;
 
+/// Serial ids per query when fetching listed entries.
+const FETCH_CHUNK: usize = 10_000;
+
 fn be<E: std::fmt::Display>(e: E) -> StoreError {
     StoreError::Backend(e.to_string())
 }
@@ -1072,15 +1075,19 @@ impl Store for PgStore {
             .map(|&s| to_i64(s))
             .collect::<Result<Vec<_>, _>>()?;
         self.run(async {
-            let params: [&(dyn ToSql + Sync); 1] = [&ids];
             let c = self.conn().await?;
-            stream_shares(
-                &c,
-                "SELECT serial, entry FROM shares WHERE serial = ANY($1) ORDER BY serial",
-                &params,
-                f,
-            )
-            .await
+            // Ascending chunks keep each query's array and plan small and the order whole.
+            for chunk in ids.chunks(FETCH_CHUNK) {
+                let params: [&(dyn ToSql + Sync); 1] = [&chunk];
+                stream_shares(
+                    &c,
+                    "SELECT serial, entry FROM shares WHERE serial = ANY($1) ORDER BY serial",
+                    &params,
+                    f,
+                )
+                .await?;
+            }
+            Ok(())
         })
     }
 

@@ -490,15 +490,22 @@ impl Snapshot {
         let changed = store
             .shares_written_after(self.header.batch)?
             .ok_or(SnapshotError::Unsupported)?;
+        let from_store = serials
+            .iter()
+            .filter(|s| changed.binary_search(s).is_ok())
+            .count() as u64;
+        // Past that, fetching the entries one list at a time is slower than reading them all.
+        if from_store * 4 > serials.len() as u64 {
+            return Err(SnapshotError::Stale {
+                path: self.path.clone(),
+                why: "more than a quarter of the entries were written since it was taken",
+            });
+        }
         let loaded = AtomicU64::new(0);
         let db = super::load::in_parts(&serials, |part| {
             self.fill_part(store, part, &changed, &loaded, progress)
         })?;
         progress(serials.len() as u64);
-        let from_store = serials
-            .iter()
-            .filter(|s| changed.binary_search(s).is_ok())
-            .count() as u64;
         Ok((
             db,
             Loaded {

@@ -269,8 +269,9 @@ pub async fn store_summary(data: &Path, party: u8, pg: PgTarget<'_>) -> Res<Stor
     .await?
 }
 
-/// Checks the share snapshot a node left in `data` (PostgreSQL stores keep one): it fits the
-/// store, and loading through it gives the rows the store alone gives.
+/// Checks the share snapshot a node left in `data` (PostgreSQL stores keep one) after it was
+/// taken at the store's last batch: it fits the store, every entry comes from it, and the rows
+/// are those the store alone gives.
 pub async fn check_share_snapshot(data: &Path, party: u8, pg: PgTarget<'_>) -> Res {
     use ocelli_node::store::load::{share_db, share_db_logged};
     let path = data.join(ocelli_node::config::SHARE_SNAPSHOT_FILE);
@@ -287,7 +288,11 @@ pub async fn check_share_snapshot(data: &Path, party: u8, pg: PgTarget<'_>) -> R
         let (through, report) = share_db_logged(&s, Some(&path))?;
         let loaded = report.snapshot.ok_or("the snapshot was not used")?;
         let alone = share_db(&s, &|_| ())?;
-        assert_eq!(loaded.from_snapshot + loaded.from_store, alone.len() as u64);
+        assert_eq!(
+            loaded.from_snapshot,
+            alone.len() as u64,
+            "party {party}: all from the file"
+        );
         let (a, b) = (through.rows(), alone.rows());
         assert_eq!(a.serial_ids(), b.serial_ids());
         for eye in ocelli_mpc::db::Eye::BOTH {
