@@ -206,9 +206,14 @@ pub async fn run(
     let _ = peer_stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), peer_server).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), http).await;
+    // Awaited, not only aborted: each holds the state, and with it the store, until dropped;
+    // the store must be closed when this returns. The snapshot writer saw the stop and
+    // abandons a snapshot under way at its next rows.
     probe.abort();
-    snapshots.abort();
     dispatch_results.abort();
+    let _ = probe.await;
+    let _ = dispatch_results.await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), snapshots).await;
     // Wait for in-flight batch application to finish before the store closes.
     drop(state.apply_lock.lock().await);
     tracing::info!(party, "shutdown complete");

@@ -1110,3 +1110,21 @@ fn postgres_deleted_entries_are_scrubbed_from_the_snapshot() -> Res {
     assert_same_db(&db, &full_load(s.as_ref())?);
     Ok(())
 }
+
+/// A snapshot abandoned part way (the node stopping) leaves no file behind, and neither does
+/// one whose store fails.
+#[test]
+fn postgres_abandoned_snapshot_leaves_no_file() -> Res {
+    let Some(pg) = Pg::new() else { return Ok(()) };
+    let (s, at_one, dir, path) = at_batch_one(&pg)?;
+    let asked = std::sync::atomic::AtomicU32::new(0);
+    let abandoned = snapshot::write_pending(&path, s.as_ref(), || &at_one, &|| {
+        asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 2
+    });
+    assert!(matches!(abandoned, Err(SnapshotError::Cancelled { .. })));
+    let mut ahead = full_load(s.as_ref())?;
+    ahead.set_applied_batch(9);
+    assert!(snapshot::write(&path, s.as_ref(), || &ahead).is_err());
+    assert_eq!(std::fs::read_dir(dir.path())?.count(), 0, "a file was left");
+    Ok(())
+}

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::NodeState;
 use crate::store::snapshot::{self, SnapshotError, Written};
 
-/// Runs until `stop` turns true (a write under way finishes on its own).
+/// Runs until `stop` turns true (a write under way is abandoned).
 pub(crate) async fn maintain(state: Arc<NodeState>, mut stop: watch::Receiver<bool>) {
     let Some(path) = state.config.store.snapshot_path(&state.config.data_dir) else {
         return;
@@ -23,8 +23,9 @@ pub(crate) async fn maintain(state: Arc<NodeState>, mut stop: watch::Receiver<bo
         (!state.snapshot_due.load(Ordering::SeqCst)).then(|| state.shares().applied_batch());
     loop {
         if taken_at != Some(state.shares().applied_batch()) {
-            let (st, p) = (state.clone(), path.clone());
-            let written = tokio::task::spawn_blocking(move || write(&st, &p)).await;
+            let (st, p, stopping) = (state.clone(), path.clone(), stop.clone());
+            let written =
+                tokio::task::spawn_blocking(move || write(&st, &p, &|| *stopping.borrow())).await;
             match written {
                 Ok(Ok(w)) => {
                     tracing::info!(
@@ -41,7 +42,7 @@ pub(crate) async fn maintain(state: Arc<NodeState>, mut stop: watch::Receiver<bo
                         .set(i64::try_from(w.batch).unwrap_or(i64::MAX));
                     taken_at = Some(w.batch);
                 }
-                Ok(Err(SnapshotError::Unsupported)) => return,
+                Ok(Err(SnapshotError::Unsupported | SnapshotError::Cancelled { .. })) => return,
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "share snapshot not written; a restart reads the entries since the last one from the store");
                 }
@@ -55,10 +56,15 @@ pub(crate) async fn maintain(state: Arc<NodeState>, mut stop: watch::Receiver<bo
     }
 }
 
-/// Writes a snapshot and installs it, scrubbing from it first what was deleted meanwhile.
-fn write(state: &NodeState, path: &Path) -> Result<Written, SnapshotError> {
+/// Writes a snapshot and installs it, scrubbing from it first what was deleted meanwhile;
+/// abandons it once `stopping`.
+fn write(
+    state: &NodeState,
+    path: &Path,
+    stopping: &dyn Fn() -> bool,
+) -> Result<Written, SnapshotError> {
     *deleted_lock(state) = Some(Vec::new());
-    let pending = snapshot::write_pending(path, state.store.as_ref(), || state.shares());
+    let pending = snapshot::write_pending(path, state.store.as_ref(), || state.shares(), stopping);
     let mut deleted = deleted_lock(state);
     let since = deleted.take().unwrap_or_default();
     let pending = pending?;

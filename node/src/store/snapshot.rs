@@ -72,6 +72,12 @@ pub enum SnapshotError {
         /// What is wrong.
         why: &'static str,
     },
+    /// Writing was abandoned (the node is stopping).
+    #[error("share snapshot {path}: abandoned")]
+    Cancelled {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file is a good snapshot, of another store or another history.
     #[error("share snapshot {path} does not fit the store: {why}")]
     Stale {
@@ -190,7 +196,7 @@ pub fn write<G: Deref<Target = ShareDb>>(
     store: &dyn Store,
     read: impl Fn() -> G,
 ) -> Result<Written, SnapshotError> {
-    write_pending(path, store, read)?.install()
+    write_pending(path, store, read, &|| false)?.install()
 }
 
 /// A snapshot written beside its path, not yet in place.
@@ -237,14 +243,16 @@ impl Drop for Pending {
 
 /// Writes a snapshot of the rows `read` gives to a temporary file beside `path`, synced.
 /// `read` takes the rows' read lock; it is held for a few rows (64) at a time, so
-/// batches go on while the snapshot is taken.
+/// batches go on while the snapshot is taken. `cancelled` is asked between those; once it
+/// answers true the file is removed and nothing is written.
 ///
 /// # Errors
-/// The store keeps no snapshot, the store or the file fails.
+/// The store keeps no snapshot, the store or the file fails, or `cancelled`.
 pub fn write_pending<G: Deref<Target = ShareDb>>(
     path: &Path,
     store: &dyn Store,
     read: impl Fn() -> G,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<Pending, SnapshotError> {
     let start = Instant::now();
     let identity = store.identity()?.ok_or(SnapshotError::Unsupported)?;
@@ -252,13 +260,23 @@ pub fn write_pending<G: Deref<Target = ShareDb>>(
         path: path.to_owned(),
         source,
     };
-    let tmp = path.with_extension("tmp");
+    // Removes the file on every way out but the end: it holds share bytes.
+    let mut pending = Pending {
+        tmp: path.with_extension("tmp"),
+        path: path.to_owned(),
+        written: Written {
+            entries: 0,
+            batch: 0,
+            bytes: 0,
+            seconds: 0.0,
+        },
+    };
     let file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&tmp)
+        .open(&pending.tmp)
         .map_err(io)?;
     let mut out = BufWriter::with_capacity(READ_BUFFER, file);
     out.write_all(&[0; HEADER]).map_err(io)?;
@@ -268,6 +286,11 @@ pub fn write_pending<G: Deref<Target = ShareDb>>(
     // The first serial id not yet written: rows move when others are inserted or removed.
     let mut from = 0u64;
     loop {
+        if cancelled() {
+            return Err(SnapshotError::Cancelled {
+                path: path.to_owned(),
+            });
+        }
         let (rows, last) = {
             let db = read();
             batch.get_or_insert(db.applied_batch());
@@ -303,16 +326,13 @@ pub fn write_pending<G: Deref<Target = ShareDb>>(
     let file = out.into_inner().map_err(|e| io(e.into_error()))?;
     file.write_all_at(&header.encode(), 0).map_err(io)?;
     file.sync_all().map_err(io)?;
-    Ok(Pending {
-        tmp,
-        path: path.to_owned(),
-        written: Written {
-            entries,
-            batch,
-            bytes: (HEADER + RECORD * entries as usize) as u64,
-            seconds: start.elapsed().as_secs_f64(),
-        },
-    })
+    pending.written = Written {
+        entries,
+        batch,
+        bytes: (HEADER + RECORD * entries as usize) as u64,
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    Ok(pending)
 }
 
 /// Overwrites with zeros the entries of `serials` in the snapshot at `path` (a deletion's
