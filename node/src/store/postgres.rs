@@ -593,6 +593,16 @@ pub struct RawRows {
     pub opened: Vec<OpenedHistograms>,
 }
 
+/// Runs `sql`, which selects serial ids of `shares`, and returns them.
+async fn query_serials(
+    c: &Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<u64>, StoreError> {
+    let rows = c.query(sql, params).await.map_err(be)?;
+    rows.iter().map(|r| to_u64(r.get(0), "shares")).collect()
+}
+
 /// Runs `sql` (selecting serial and entry) and hands each row to `f` as it streams from the
 /// server, so memory stays bounded.
 async fn stream_shares(
@@ -1030,13 +1040,8 @@ impl Store for PgStore {
     fn share_serials(&self) -> Result<Option<Vec<u64>>, StoreError> {
         self.run(async {
             let c = self.conn().await?;
-            let rows = c
-                .query("SELECT serial FROM shares ORDER BY serial", &[])
+            query_serials(&c, "SELECT serial FROM shares ORDER BY serial", &[])
                 .await
-                .map_err(be)?;
-            rows.iter()
-                .map(|r| to_u64(r.get(0), "shares"))
-                .collect::<Result<Vec<_>, _>>()
                 .map(Some)
         })
     }
@@ -1110,17 +1115,13 @@ impl Store for PgStore {
         let batch = to_i64(batch)?;
         self.run(async {
             let c = self.conn().await?;
-            let rows = c
-                .query(
-                    "SELECT serial FROM shares WHERE written_batch > $1 ORDER BY serial",
-                    &[&batch],
-                )
-                .await
-                .map_err(be)?;
-            rows.iter()
-                .map(|r| to_u64(r.get(0), "shares"))
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some)
+            query_serials(
+                &c,
+                "SELECT serial FROM shares WHERE written_batch > $1 ORDER BY serial",
+                &[&batch],
+            )
+            .await
+            .map(Some)
         })
     }
 

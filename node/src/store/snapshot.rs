@@ -559,10 +559,11 @@ impl Snapshot {
             },
         );
         let mut rec = Zeroizing::new(vec![0u8; RECORD]);
+        // (row, serial id) of the entries written since, in serial order.
         let mut fetch = Vec::new();
         for (row, &serial) in ids.iter().enumerate() {
             if changed.binary_search(&serial).is_ok() {
-                fetch.push(serial);
+                fetch.push((row, serial));
                 continue;
             }
             // Records of entries removed since the snapshot are passed over.
@@ -593,13 +594,10 @@ impl Snapshot {
             }
         }
         // The fetched entries come in serial order, as their rows lie.
-        let mut rows = ids
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| changed.binary_search(s).is_ok())
-            .map(|(row, &s)| (row, s));
+        let serials: Vec<u64> = fetch.iter().map(|&(_, s)| s).collect();
+        let mut rows = fetch.iter().copied();
         let mut fetched = 0;
-        store.for_each_share_bytes_of(&fetch, &mut |id: SerialId, entry| match rows.next() {
+        store.for_each_share_bytes_of(&serials, &mut |id: SerialId, entry| match rows.next() {
             Some((row, s)) if s == id.0 && entry.len() == ENTRY_BYTES => {
                 let [left, right] = eye_parts(entry);
                 part.set_le_bytes(row, left, right);

@@ -415,9 +415,7 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             };
             patch_into(&mut buf.envelope[..], base.envelope, *length, patches)?;
             let got = stages_in_place(*length, *p, &base.keys, buf)?;
-            expect("parse", got.0.as_deref(), *parse)?;
-            expect("signature", got.1.as_deref(), *signature)?;
-            expect("open", got.2.as_deref(), *open)?;
+            expect_stages(&got, *parse, *signature, *open)?;
             if *valid_signature {
                 expect("valid signature", got.1.as_deref(), Some("accept"))?;
             }
@@ -470,9 +468,7 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             };
             patch_into(&mut buf.envelope[..], base.envelope, *length, patches)?;
             let got = stages_v2(*length, *p, &base.node_seeds, buf)?;
-            expect("parse", got.0.as_deref(), *parse)?;
-            expect("signature", got.1.as_deref(), *signature)?;
-            expect("open", got.2.as_deref(), *open)
+            expect_stages(&got, *parse, *signature, *open)
         }
         Case::PayloadRejectV2 {
             party: p,
@@ -484,6 +480,18 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             Err(e) => expect("error", debug(&e).as_str(), error),
         },
     }
+}
+
+/// Each acceptance stage's outcome against the vector's.
+fn expect_stages(
+    got: &Stages,
+    parse: Option<&str>,
+    signature: Option<&str>,
+    open: Option<&str>,
+) -> Check {
+    expect("parse", got.0.as_deref(), parse)?;
+    expect("signature", got.1.as_deref(), signature)?;
+    expect("open", got.2.as_deref(), open)
 }
 
 /// Writes `base` cut or zero-extended to `length` into `bytes`, then the patches.

@@ -2,6 +2,7 @@
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore as _, SeedableRng as _};
+use sdk_orb::envelope::v2::MAX_ENVELOPE_LEN_V2;
 use sdk_orb::envelope::RequestMeta;
 use sdk_orb::keys::{NodeHybridPublicKeys, NodeHybridSecretKey, OrbSigningKey};
 use sdk_orb::template::{IrisBits, IrisTemplate, TemplatePolicy, DEFAULT_VERSION, PACKED_BYTES};
@@ -17,7 +18,13 @@ pub struct Person {
     pub orb: OrbSigningKey,
 }
 
-pub fn person() -> Option<Person> {
+/// The envelope buffer (taken once) and the person.
+pub fn setup() -> Option<(&'static mut [u8; MAX_ENVELOPE_LEN_V2], Person)> {
+    let out = cortex_m::singleton!(: [u8; MAX_ENVELOPE_LEN_V2] = [0; MAX_ENVELOPE_LEN_V2])?;
+    Some((out, person()?))
+}
+
+fn person() -> Option<Person> {
     let mut rng = ChaCha20Rng::from_seed([7; 32]);
     let left = template(&mut rng)?;
     let right = template(&mut rng)?;

@@ -12,17 +12,13 @@ mod runtime;
 
 use cortex_m_rt::entry;
 use cortex_m_semihosting::hprintln;
-use sdk_orb::envelope::v2::{seal_envelope_v2, MAX_ENVELOPE_LEN_V2};
+use sdk_orb::envelope::v2::seal_envelope_v2;
 
 use runtime::exit;
 
 #[entry]
 fn main() -> ! {
-    let Some(out) = cortex_m::singleton!(: [u8; MAX_ENVELOPE_LEN_V2] = [0; MAX_ENVELOPE_LEN_V2])
-    else {
-        exit(false)
-    };
-    let Some(mut p) = person::person() else {
+    let Some((out, mut p)) = person::setup() else {
         exit(false)
     };
     let counter = measure::Counter::start();

@@ -9,17 +9,13 @@ mod person;
 mod runtime;
 
 use cortex_m_rt::entry;
-use sdk_orb::envelope::v2::{seal_envelope_v2, MAX_ENVELOPE_LEN_V2};
+use sdk_orb::envelope::v2::seal_envelope_v2;
 
 use runtime::exit;
 
 #[entry]
 fn main() -> ! {
-    let Some(out) = cortex_m::singleton!(: [u8; MAX_ENVELOPE_LEN_V2] = [0; MAX_ENVELOPE_LEN_V2])
-    else {
-        exit(false)
-    };
-    let Some(mut p) = person::person() else {
+    let Some((out, mut p)) = person::setup() else {
         exit(false)
     };
     let sealed = seal_envelope_v2(
