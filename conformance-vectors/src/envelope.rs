@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use sdk_orb::envelope::{EnvelopeError, EnvelopeView, RequestMeta, Version};
+use sdk_orb::envelope::{EnvelopeError, EnvelopeView, RequestMeta, Version, V2};
 use sdk_orb::keys::{NodePublicKeys, NodeSecretKey, OrbSigningKey, KEY_BYTES};
 use sdk_orb::{RequestId, RequestType, PARTIES};
 
@@ -324,11 +324,30 @@ impl Outcome {
 /// The envelope digest recomputed from its definition, independently of the SDK:
 /// `SHA-256(header || for p in 0, 1, 2: [p] || enc_p || u32be(len ct_p) || ct_p)`.
 pub fn digest_from_definition(view: &EnvelopeView<'_>) -> [u8; 32] {
-    digest_with_header(view, &view.meta().header(&view.orb_key()))
+    digest_with_header(view, &view.meta().header(&view.orb_key()), Binding::Whole)
+}
+
+/// The version 2 digest from its definition: version 1's with `header_v2` and each
+/// ciphertext's last 16 bytes (its AEAD tag) where version 1 takes the whole ciphertext.
+pub fn digest_v2_from_definition(view: &EnvelopeView<'_, V2>) -> [u8; 32] {
+    digest_with_header(view, &view.meta().header_v2(&view.orb_key()), Binding::Tag)
+}
+
+/// What a digest takes of each ciphertext.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// Every byte (version 1).
+    Whole,
+    /// The last 16 bytes (version 2).
+    Tag,
 }
 
 /// The digest formula over the payloads of an envelope of any version, with `header`.
-pub fn digest_with_header<V: Version>(view: &EnvelopeView<'_, V>, header: &[u8]) -> [u8; 32] {
+pub fn digest_with_header<V: Version>(
+    view: &EnvelopeView<'_, V>,
+    header: &[u8],
+    binding: Binding,
+) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(header);
     for party in sdk_orb::PartyId::ALL {
@@ -336,7 +355,10 @@ pub fn digest_with_header<V: Version>(view: &EnvelopeView<'_, V>, header: &[u8])
         h.update([party.get()]);
         h.update(p.encapsulated_key);
         h.update((p.ciphertext.len() as u32).to_be_bytes());
-        h.update(p.ciphertext);
+        h.update(match binding {
+            Binding::Whole => p.ciphertext,
+            Binding::Tag => &p.ciphertext[p.ciphertext.len() - 16..],
+        });
     }
     h.finalize().into()
 }

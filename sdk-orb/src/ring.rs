@@ -95,6 +95,12 @@ impl GaloisRingElement {
         GaloisRingElement([a3, a0.wrapping_add(a3), a1, a2])
     }
 
+    /// Division by `x`, the inverse of [`GaloisRingElement::mul_x`].
+    pub fn div_x(self) -> GaloisRingElement {
+        let [c0, c1, c2, c3] = self.0;
+        GaloisRingElement([c1.wrapping_sub(c0), c2, c3, c0])
+    }
+
     /// Whether the element is a unit: its reduction mod 2 is non-zero in GF(16).
     pub fn is_unit(self) -> bool {
         self.0.iter().any(|c| c & 1 == 1)
@@ -241,6 +247,8 @@ mod tests {
         for _ in 0..100 {
             let a = random(&mut rng);
             assert_eq!(a.mul_x(), a * x);
+            assert_eq!(a.div_x().mul_x(), a);
+            assert_eq!(a.div_x(), a * x.inverse_vartime().expect("x is a unit"));
         }
     }
 

@@ -8,10 +8,10 @@
 use rand_core::{CryptoRng, RngCore};
 use zeroize::Zeroize;
 
-use crate::layout::{element_bit_base, CODE_ELEMENTS, ELEMENT_BIT_STRIDE, MASK_ELEMENTS};
+use crate::layout::{CHUNK_ELEMENTS, CODE_ELEMENTS, MASK_ELEMENTS};
 use crate::ring::GaloisRingElement;
 use crate::template::IrisTemplate;
-use crate::{PartyId, CODE_COEFS, MASK_COEFS, PARTIES};
+use crate::{PartyId, CODE_COEFS, COLUMNS, MASK_COEFS, PARTIES};
 
 /// The Shamir evaluation points: party `id` holds `alpha[id]` = 1, x, 1 + x.
 pub const EVALUATION_POINTS: [GaloisRingElement; PARTIES] = [
@@ -173,38 +173,74 @@ impl TemplatePart {
     }
 }
 
+/// Ring elements in a [`plain_group`]: eight columns, whose bits share one 32-bit half-word
+/// of each row.
+pub const GROUP_ELEMENTS: usize = 8;
+
 /// The plain values of ring element `element` of `part`: masked code values
 /// (see [`masked_value`](crate::plaintext::masked_value)) or 0/1 mask bits.
 ///
 /// # Panics
 /// If `element >= part.elements()`.
 pub fn plain_element(template: &IrisTemplate, part: TemplatePart, element: usize) -> [u16; 4] {
-    assert!(element < part.elements());
-    // The element's four bits sit at one position of four words a stride apart; that position
-    // is read from the word's 32-bit half that holds it, as shifts of u64 by a variable amount
-    // are long on 32-bit cores.
-    let base = element_bit_base(element);
-    let (word, high) = (base / 64, base % 64 < 32);
-    let shift = 31 - (base % 32) as u32;
-    let stride = ELEMENT_BIT_STRIDE / 64;
-    let bit = |w: &[u64], k: usize| {
-        let w = w[word + k * stride];
-        let half = if high { (w >> 32) as u32 } else { w as u32 };
-        ((half >> shift) & 1) as u16
+    plain_group(template, part, element / GROUP_ELEMENTS)[element % GROUP_ELEMENTS]
+}
+
+/// The plain values of elements `8 group .. 8 group + 8` of `part`, as [`plain_element`]
+/// gives each.
+///
+/// Element `e` is column `c = e % 200` of the chunk `e / 200` = `(b, w, r1)`, and its
+/// coefficient `k` holds bit `800 (4 k + r1) + 4 c + 2 w + b` (crate::layout). A row is 25
+/// half-words of 32 bits, so eight consecutive columns of one row sit in one half-word, at
+/// offsets `4 j + 2 w + b` from its top: four loads per vector serve eight elements, and the
+/// bits are taken at fixed shifts, with no branch on a bit.
+///
+/// # Panics
+/// If `group >= part.elements() / 8`.
+pub fn plain_group(
+    template: &IrisTemplate,
+    part: TemplatePart,
+    group: usize,
+) -> [[u16; 4]; GROUP_ELEMENTS] {
+    const HALVES_PER_ROW: usize = COLUMNS * 4 / 32;
+    const GROUPS_PER_CHUNK: usize = CHUNK_ELEMENTS / GROUP_ELEMENTS;
+    assert!(group < part.elements() / GROUP_ELEMENTS);
+    let (chunk, g) = (group / GROUPS_PER_CHUNK, group % GROUPS_PER_CHUNK);
+    let (b, w, r1) = (chunk / 8, chunk / 4 % 2, chunk % 4);
+    // Bits stored most significant first: half-word `q` is the high half of word `q / 2` when
+    // `q` is even.
+    let half = |words: &[u64], q: usize| {
+        let word = words[q / 2];
+        let h = if q.is_multiple_of(2) {
+            word >> 32
+        } else {
+            word
+        };
+        // Column j's bit moved to position 31 - 4 j.
+        (h as u32) << (2 * w + b)
     };
     let (code, mask) = (template.code().words(), template.mask().words());
-    core::array::from_fn(|k| {
-        let m = bit(mask, k);
-        match part {
-            TemplatePart::Code => m.wrapping_sub(2 * (bit(code, k) & m)),
-            TemplatePart::Mask => m,
-        }
+    let rows: [(u32, u32); 4] = core::array::from_fn(|k| {
+        let q = (4 * k + r1) * HALVES_PER_ROW + g;
+        (half(code, q), half(mask, q))
+    });
+    core::array::from_fn(|j| {
+        let shift = 31 - 4 * j;
+        core::array::from_fn(|k| {
+            let m = ((rows[k].1 >> shift) & 1) as u16;
+            match part {
+                TemplatePart::Code => m.wrapping_sub(2 * (((rows[k].0 >> shift) & 1) as u16 & m)),
+                TemplatePart::Mask => m,
+            }
+        })
     })
 }
 
 fn plain_coefs(template: &IrisTemplate, part: TemplatePart, out: &mut [u16]) {
-    for (e, v) in out.chunks_exact_mut(4).enumerate() {
-        v.copy_from_slice(&plain_element(template, part, e));
+    for (group, v) in out.chunks_exact_mut(4 * GROUP_ELEMENTS).enumerate() {
+        let mut plain = plain_group(template, part, group);
+        v.copy_from_slice(plain.as_flattened());
+        plain.zeroize();
     }
 }
 
@@ -268,17 +304,23 @@ pub fn share_template_streaming<R, F>(
     F: FnMut(usize, &[GaloisRingElement; PARTIES]),
 {
     let mut bytes = [0u8; 8 * RANDOMNESS_BLOCK];
-    let mut plain = [0u16; 4];
+    let mut plain = [[0u16; 4]; GROUP_ELEMENTS];
     let mut shares = [GaloisRingElement::ZERO; PARTIES];
     for first in (0..part.elements()).step_by(RANDOMNESS_BLOCK) {
         rng.fill_bytes(&mut bytes);
         let count = RANDOMNESS_BLOCK.min(part.elements() - first);
         for (j, rb) in bytes.chunks_exact(8).take(count).enumerate() {
+            let e = first + j;
+            if e % GROUP_ELEMENTS == 0 {
+                plain = plain_group(template, part, e / GROUP_ELEMENTS);
+            }
             let mut b = [0u8; 8];
             b.copy_from_slice(rb);
-            plain = plain_element(template, part, first + j);
-            shares = share_element(&plain, GaloisRingElement::from_le_bytes(&b));
-            sink(first + j, &shares);
+            shares = share_element(
+                &plain[e % GROUP_ELEMENTS],
+                GaloisRingElement::from_le_bytes(&b),
+            );
+            sink(e, &shares);
         }
     }
     bytes.zeroize();

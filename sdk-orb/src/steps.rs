@@ -8,14 +8,19 @@ use hpke::kdf::HkdfSha256;
 use hpke::{OpModeS, Serializable};
 use rand_core::{CryptoRng, RngCore};
 
+use crate::envelope::v2::envelope_len_v2;
 use crate::envelope::{
-    digest, payload_len, write_envelope_layout, write_payload_layout, EnvelopeDigest,
-    EnvelopeError, RequestMeta, ENCAPSULATED_KEY_BYTES, SIGNATURE_BYTES,
+    digest, payload_len, write_envelope_layout, write_layout, write_payload_layout,
+    CiphertextBinding, EnvelopeDigest, EnvelopeError, RequestMeta, ENCAPSULATED_KEY_BYTES,
+    SIGNATURE_BYTES, V2,
 };
 use crate::keys::{Kem, NodePublicKeys, OrbSigningKey};
 use crate::layout::{CODE_ELEMENTS, MASK_ELEMENTS};
 use crate::ring::GaloisRingElement;
-use crate::shamir::{plain_element, share_element, write_element, TemplatePart, RANDOMNESS_BLOCK};
+use crate::shamir::seeded::{SeedStream, ShareSeed};
+use crate::shamir::{
+    plain_group, share_element, write_element, TemplatePart, GROUP_ELEMENTS, RANDOMNESS_BLOCK,
+};
 use crate::template::IrisTemplate;
 use crate::{PartyId, PARTIES};
 
@@ -32,9 +37,10 @@ impl core::fmt::Debug for SenderContext {
 pub fn coefficients(template: &IrisTemplate) -> u16 {
     let mut acc = 0u16;
     for part in [TemplatePart::Code, TemplatePart::Mask] {
-        for e in 0..part.elements() {
-            let v = plain_element(template, part, e);
-            acc = acc.wrapping_add(v[0] ^ v[1] ^ v[2] ^ v[3]);
+        for group in 0..part.elements() / GROUP_ELEMENTS {
+            for v in plain_group(template, part, group) {
+                acc = acc.wrapping_add(v[0] ^ v[1] ^ v[2] ^ v[3]);
+            }
         }
     }
     acc
@@ -150,7 +156,11 @@ pub fn envelope_digest(
             &envelope[c..c + crate::envelope::ciphertext_len(PartyId::ALL[p])],
         )
     };
-    digest(&header, [region(0), region(1), region(2)])
+    digest(
+        &header,
+        [region(0), region(1), region(2)],
+        CiphertextBinding::Whole,
+    )
 }
 
 /// The orb's Ed25519 signature over the digest.
@@ -174,4 +184,57 @@ pub fn seal_payload_v2<R: RngCore + CryptoRng>(
 ) -> Result<(), EnvelopeError> {
     let header = meta.header_v2(&orb.verifying_key().to_bytes());
     crate::envelope::v2::seal_payload(rng, meta, nodes, party, &header, payload).map(drop)
+}
+
+/// Version 2: the three payload plaintexts written as the seal writes them (the seed's
+/// keystream, coefficient extraction, the sharing arithmetic and the share bytes) into
+/// `envelope` (at least `envelope_len_v2(meta)`).
+pub fn payloads_v2(
+    meta: &RequestMeta,
+    orb: &OrbSigningKey,
+    seed: &ShareSeed,
+    left: &IrisTemplate,
+    right: &IrisTemplate,
+    envelope: &mut [u8],
+) {
+    let envelope = &mut envelope[..envelope_len_v2(meta)];
+    let layout = write_layout::<V2>(envelope, meta, &orb.verifying_key().to_bytes());
+    crate::envelope::v2::write_payloads(envelope, &layout, meta, seed.clone(), left, right);
+}
+
+/// Version 2: the seed's keystream for one person, as the sharing draws it.
+pub fn keystream_v2(seed: &ShareSeed) -> u16 {
+    let mut stream = SeedStream::new(seed);
+    let mut group = [GaloisRingElement::ZERO; GROUP_ELEMENTS];
+    let mut acc = 0u16;
+    for _ in 0..2 * (CODE_ELEMENTS + MASK_ELEMENTS) / GROUP_ELEMENTS {
+        stream.next_group(&mut group);
+        acc ^= group[0].0[0];
+    }
+    acc
+}
+
+/// Version 2: the envelope digest over `envelope` (exactly `envelope_len_v2(meta)`, its layout
+/// written): the encapsulated keys and each ciphertext's tag.
+pub fn envelope_digest_v2(
+    meta: &RequestMeta,
+    orb: &OrbSigningKey,
+    envelope: &mut [u8],
+) -> EnvelopeDigest {
+    let orb_key = orb.verifying_key().to_bytes();
+    let layout = write_layout::<V2>(envelope, meta, &orb_key);
+    let seeded = crate::shamir::seeded::seeded_party(&meta.request_id);
+    let region = |p: usize| {
+        let (e, c) = (layout.enc[p], layout.ct[p]);
+        let ct = crate::envelope::v2::ciphertext_len_v2(PartyId::ALL[p], seeded);
+        (
+            &envelope[e..e + crate::envelope::v2::HYBRID_ENCAPSULATED_KEY_BYTES],
+            &envelope[c..c + ct],
+        )
+    };
+    digest(
+        &meta.header_v2(&orb_key),
+        [region(0), region(1), region(2)],
+        CiphertextBinding::Tag,
+    )
 }

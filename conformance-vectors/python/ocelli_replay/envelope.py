@@ -123,9 +123,11 @@ def max_envelope_len() -> int:
     return envelope_len(worst)
 
 
-def digest_input(head: bytes, sealed: List[Dict[str, bytes]]) -> bytes:
+def digest_input(head: bytes, sealed: List[Dict[str, bytes]], tag_only: bool = False) -> bytes:
+    """What the orb's digest hashes. Version 1 takes each ciphertext whole; version 2
+    (``tag_only``) only its last TAG_BYTES, the AEAD tag, after the full length."""
     parts = [head]
     for p, s in enumerate(sealed):
         ct = s["ciphertext"]
-        parts += [bytes([p]), s["encapsulated_key"], len(ct).to_bytes(4, "big"), ct]
+        parts += [bytes([p]), s["encapsulated_key"], len(ct).to_bytes(4, "big"), ct[-TAG_BYTES:] if tag_only else ct]
     return b"".join(parts)

@@ -20,7 +20,7 @@ use sdk_orb::shamir::PartyShares;
 use sdk_orb::{PartyId, RequestType, PARTIES};
 
 use crate::common::{noisy_copy, random_template, rng, seed, PackedTemplate};
-use crate::envelope::{request, Request};
+use crate::envelope::{digest_v2_from_definition, request, Request};
 use crate::format::{expect_bytes, expect_eq, Flag, Hex, Vector};
 use crate::{Family, Sources};
 
@@ -185,6 +185,11 @@ fn seal(
     let digest = view
         .verified_digest()
         .map_err(|e| format!("signature: {e}"))?;
+    expect_eq(
+        "digest against its definition",
+        &digest.0,
+        &digest_v2_from_definition(&view),
+    )?;
     let vk = VerifyingKey::from_bytes(&view.orb_key()).map_err(|e| e.to_string())?;
     vk.verify_strict(&digest.0, &Signature::from_bytes(&view.signature()))
         .map_err(|e| format!("ed25519: {e}"))?;

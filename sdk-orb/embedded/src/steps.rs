@@ -1,7 +1,9 @@
 //! The instructions and the stack of each step of `seal_envelope` on the fixture person:
 //! `step <name> instructions: N` and `step <name> stack bytes: N`, then the instructions' sum. Each step runs alone over the data the seal
-//! gives it, so the sum differs from the whole seal by the glue between the steps. Last, each
-//! party's payload sealed as envelope version 2 seals it (X-Wing, key schedule, AEAD).
+//! gives it, so the sum differs from the whole seal by the glue between the steps. Last, the
+//! version 2 seal's own steps: the seed's keystream, the payload plaintexts (keystream,
+//! extraction, sharing, share bytes), the digest, and each party's payload sealed as the seal
+//! seals it (X-Wing, key schedule, AEAD).
 
 use chacha20::cipher::{KeyIvInit as _, StreamCipher as _};
 use cortex_m_semihosting::hprintln;
@@ -12,7 +14,7 @@ use sdk_orb::envelope::v2::payload_len_v2;
 use sdk_orb::envelope::{envelope_len, payload_len, EnvelopeError};
 use sdk_orb::keys::{NodeHybridPublicKeys, NodeHybridSecretKey};
 use sdk_orb::ring::GaloisRingElement;
-use sdk_orb::shamir::seeded::seeded_party;
+use sdk_orb::shamir::seeded::{seeded_party, ShareSeed};
 use sdk_orb::steps;
 use sdk_orb::PartyId;
 
@@ -99,6 +101,25 @@ pub fn measure(buf: &mut Buffers) -> Check {
         NodeHybridSecretKey::from_seed(&[0x58 + p as u8; 32]).public_key()
     }));
     let seeded = seeded_party(&s.request.request_id);
+    let seed = ShareSeed([0x5E; 32]);
+    let (sum, insns) = counter.count(|| steps::keystream_v2(&seed));
+    core::hint::black_box(sum);
+    report_v2("v2-keystream", insns, &counter);
+    let ((), insns) = counter.count(|| {
+        steps::payloads_v2(
+            &s.request,
+            &orb,
+            &seed,
+            &left,
+            &right,
+            &mut buf.envelope[..],
+        )
+    });
+    report_v2("v2-payloads", insns, &counter);
+    let (d, insns) =
+        counter.count(|| steps::envelope_digest_v2(&s.request, &orb, &mut buf.envelope[..]));
+    core::hint::black_box(d);
+    report_v2("v2-digest", insns, &counter);
     for party in PartyId::ALL {
         let len = payload_len_v2(party, seeded);
         let payload = &mut buf.envelope[..len];
@@ -118,6 +139,12 @@ pub fn measure(buf: &mut Buffers) -> Check {
         );
     }
     Ok(())
+}
+
+/// Prints a version 2 step apart from the version 1 steps' total.
+fn report_v2(name: &str, insns: u64, counter: &Counter) {
+    hprintln!("step {} instructions: {}", name, insns);
+    hprintln!("step {} stack bytes: {}", name, counter.last_stack());
 }
 
 const KEM: [&str; 3] = ["kem-party0", "kem-party1", "kem-party2"];

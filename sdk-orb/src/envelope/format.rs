@@ -222,9 +222,23 @@ pub(crate) fn info_with(
     info
 }
 
+/// What the digest takes of each ciphertext (tag included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CiphertextBinding {
+    /// Every byte (version 1).
+    Whole,
+    /// Its length and its AEAD tag (version 2). A ciphertext other than the one sealed with
+    /// that tag opens only with a forged tag: only the orb and the recipient node, which hold
+    /// the payload's key, could make one, and the recipient alone ever opens it.
+    Tag,
+}
+
+/// SHA-256 over the header and, per party, its number, encapsulated key, ciphertext length
+/// (32-bit big-endian) and the ciphertext as `binding` takes it.
 pub(crate) fn digest(
     header: &[u8; HEADER_BYTES],
     sealed: [(&[u8], &[u8]); PARTIES],
+    binding: CiphertextBinding,
 ) -> EnvelopeDigest {
     let mut h = Sha256::new();
     h.update(header);
@@ -232,7 +246,10 @@ pub(crate) fn digest(
         h.update([party as u8]);
         h.update(enc);
         h.update((ct.len() as u32).to_be_bytes());
-        h.update(ct);
+        h.update(match binding {
+            CiphertextBinding::Whole => ct,
+            CiphertextBinding::Tag => &ct[ct.len().saturating_sub(TAG_BYTES)..],
+        });
     }
     EnvelopeDigest(h.finalize().into())
 }

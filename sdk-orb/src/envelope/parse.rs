@@ -24,6 +24,8 @@ pub trait Version: Copy + core::fmt::Debug + sealed::Sealed {
     const MAX_LEN: usize;
     /// The header (HPKE AAD and digest prefix).
     fn header(meta: &RequestMeta, orb_key: &[u8; KEY_BYTES]) -> [u8; HEADER_BYTES];
+    /// What the digest takes of each ciphertext.
+    const BINDING: CiphertextBinding;
 }
 
 mod sealed {
@@ -67,6 +69,7 @@ impl Version for V1 {
     fn header(meta: &RequestMeta, orb_key: &[u8; KEY_BYTES]) -> [u8; HEADER_BYTES] {
         meta.header(orb_key)
     }
+    const BINDING: CiphertextBinding = CiphertextBinding::Whole;
 }
 
 /// One party's sealed payload inside a parsed envelope.
@@ -313,7 +316,11 @@ impl<'a, V: Version> EnvelopeView<'a, V> {
                 self.payloads[i].ciphertext,
             )
         };
-        digest(&V::header(&self.meta, &self.orb_key), [p(0), p(1), p(2)])
+        digest(
+            &V::header(&self.meta, &self.orb_key),
+            [p(0), p(1), p(2)],
+            V::BINDING,
+        )
     }
 
     /// Verifies the orb's signature over the digest (strict Ed25519: no small-order keys,

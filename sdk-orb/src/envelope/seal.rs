@@ -165,7 +165,15 @@ pub(crate) fn seal_and_sign<R: RngCore + CryptoRng>(
         encapped.write_exact(&mut out[e..e + ENCAPSULATED_KEY_BYTES]);
     }
     let ct = PartyId::ALL.map(ciphertext_len);
-    sign_envelope(out, layout, &header, ENCAPSULATED_KEY_BYTES, ct, orb);
+    sign_envelope(
+        out,
+        layout,
+        &header,
+        ENCAPSULATED_KEY_BYTES,
+        ct,
+        CiphertextBinding::Whole,
+        orb,
+    );
     Ok(())
 }
 
@@ -176,6 +184,7 @@ pub(crate) fn sign_envelope(
     header: &[u8; HEADER_BYTES],
     enc_len: usize,
     ct_len: [usize; PARTIES],
+    binding: CiphertextBinding,
     orb: &OrbSigningKey,
 ) {
     let region = |p: usize| {
@@ -183,7 +192,7 @@ pub(crate) fn sign_envelope(
         let c = layout.ct[p];
         (&out[e..e + enc_len], &out[c..c + ct_len[p]])
     };
-    let d = digest(header, [region(0), region(1), region(2)]);
+    let d = digest(header, [region(0), region(1), region(2)], binding);
     let signature = orb.0.sign(&d.0);
     out[layout.sig..layout.sig + SIGNATURE_BYTES].copy_from_slice(&signature.to_bytes());
 }

@@ -24,9 +24,9 @@ pub use self::open::decode_payload_v2;
 pub use self::open::open_payload_v2;
 #[cfg(feature = "alloc")]
 pub use self::seal::seal_envelope_v2_to_vec;
-#[cfg(feature = "measure-steps")]
-pub(crate) use self::seal::seal_payload;
 pub use self::seal::{hazmat_seal_plaintexts_v2, seal_envelope_v2};
+#[cfg(feature = "measure-steps")]
+pub(crate) use self::seal::{seal_payload, write_payloads};
 
 /// The version number of these envelopes.
 pub const VERSION_V2: u32 = 2;
@@ -127,6 +127,7 @@ impl Version for V2 {
     fn header(meta: &RequestMeta, orb_key: &[u8; KEY_BYTES]) -> [u8; HEADER_BYTES] {
         meta.header_v2(orb_key)
     }
+    const BINDING: CiphertextBinding = CiphertextBinding::Tag;
 }
 
 /// Writes `party`'s version 2 payload except its share bytes, whose places it returns; the

@@ -68,7 +68,7 @@ def _open(data: bytes, p: int, keys: dict) -> Tuple[Outcome, Outcome, Outcome, O
     rid = e.request["request_id"]
     head = header(e.request, e.orb_key)
     sealed = [{"encapsulated_key": s.encapsulated_key, "ciphertext": s.ciphertext} for s in e.payloads]
-    digest = hashlib.sha256(envelope.digest_input(head, sealed)).digest()
+    digest = hashlib.sha256(envelope.digest_input(head, sealed, tag_only=True)).digest()
     signature = ACCEPT if verify_strict(e.orb_key, digest, e.signature) else ("reject", ("signature", None))
     s = e.payloads[p]
     try:

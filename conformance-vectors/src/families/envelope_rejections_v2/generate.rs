@@ -17,7 +17,7 @@ use super::parts::{field_name, Parts};
 use super::NodeVersions::{self, Both, V1Only, V2Only};
 use super::{accepted_everywhere, intake, opened_sha256, stages, Case};
 use crate::common::{random_template, rng, seed};
-use crate::envelope::{diff, digest_with_header, eye, patched, payload, Outcome, Pb};
+use crate::envelope::{diff, digest_with_header, eye, patched, payload, Binding, Outcome, Pb};
 use crate::format::{expect_bytes, expect_eq, Flag, Hex, Vector};
 
 pub(super) fn vectors() -> Result<Vec<Vector<Case>>, String> {
@@ -282,18 +282,28 @@ fn seeded_payload(b: &mut Builder, x: &Parts<'_>) -> Result<(), String> {
         Both,
     )?;
     let c2 = x.ct_at(2);
-    let flipped_seed = b.patched(c2 + 40, |v| *v ^= 0x04);
+    // The digest binds a version 2 ciphertext through its tag: a changed ciphertext keeps the
+    // signature and fails HPKE, a changed tag fails both.
     b.reject(
-        "a flipped bit in the seed's ciphertext",
+        "a flipped bit in the seed's ciphertext (the signature still holds)",
+        &SIGNED,
+        &b.patched(c2 + 40, |v| *v ^= 0x04),
+        2,
+        Both,
+    )?;
+    let tag2 = c2 + x.view.payload(PartyId::ALL[2]).ciphertext.len() - 1;
+    let flipped_tag = b.patched(tag2, |v| *v ^= 0x04);
+    b.reject(
+        "a flipped bit in the seed's tag",
         &BAD,
-        &flipped_seed,
+        &flipped_tag,
         2,
         Both,
     )?;
     b.reject(
-        "a flipped bit in the seed's ciphertext (re-signed)",
+        "a flipped bit in the seed's tag (re-signed)",
         &SIGNED,
-        &b.resigned(flipped_seed)?,
+        &b.resigned(flipped_tag)?,
         2,
         Both,
     )?;
@@ -347,11 +357,19 @@ fn signatures(b: &mut Builder, x: &Parts<'_>, meta: &RequestMeta) -> Result<(), 
         0,
         Both,
     )?;
-    let v1_digest = digest_with_header(&x.view, &meta.header(&x.view.orb_key()));
+    let v1_digest = digest_with_header(&x.view, &meta.header(&x.view.orb_key()), Binding::Tag);
     b.reject(
         "signed over the digest with version 1's header",
         &BAD,
         &b.signed(base.to_vec(), &v1_digest),
+        0,
+        Both,
+    )?;
+    let whole = digest_with_header(&x.view, &meta.header_v2(&x.view.orb_key()), Binding::Whole);
+    b.reject(
+        "signed over version 1's digest of whole ciphertexts, with version 2's header",
+        &BAD,
+        &b.signed(base.to_vec(), &whole),
         0,
         Both,
     )?;

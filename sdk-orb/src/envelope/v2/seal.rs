@@ -9,8 +9,10 @@ use rand_core::{CryptoRng, RngCore};
 use zeroize::Zeroize;
 
 use crate::keys::{HybridKem, NodeHybridPublicKeys, OrbSigningKey, PqRng};
-use crate::ring::GaloisRingElement;
-use crate::shamir::seeded::{seeded_party, share_eye_seeded, SeedStream, ShareSeed, Vector};
+use crate::shamir::seeded::{
+    seeded_party, share_eye_seeded, GroupShares, SeedStream, ShareSeed, Vector,
+};
+use crate::shamir::GROUP_ELEMENTS;
 use crate::template::IrisTemplate;
 use crate::{PartyId, PARTIES};
 
@@ -42,9 +44,24 @@ pub fn seal_envelope_v2<R: RngCore + CryptoRng>(
     let out = first(out, n)?;
     let orb_key = orb.verifying_key().to_bytes();
     let layout = write_layout::<V2>(out, meta, &orb_key);
-    let seeded = seeded_party(&meta.request_id);
     let seed = ShareSeed::random(rng);
+    write_payloads(out, &layout, meta, seed, left, right);
+    seal_and_sign_v2(rng, meta, nodes, orb, out, &layout)?;
+    Ok(n)
+}
 
+/// Writes the three payload plaintexts into their places in `out`: the seed into the seeded
+/// party's, both eyes' shares into the other two, streamed from the templates.
+#[inline(always)]
+pub(crate) fn write_payloads(
+    out: &mut [u8],
+    layout: &EnvelopeLayout,
+    meta: &RequestMeta,
+    seed: ShareSeed,
+    left: &IrisTemplate,
+    right: &IrisTemplate,
+) {
+    let seeded = seeded_party(&meta.request_id);
     let mut code_at = [[0usize; PARTIES]; 2];
     let mut mask_at = [[0usize; PARTIES]; 2];
     for party in PartyId::ALL {
@@ -60,34 +77,32 @@ pub fn seal_envelope_v2<R: RngCore + CryptoRng>(
     let mut stream = SeedStream::new(&seed);
     drop(seed);
     for (eye, template) in [left, right].into_iter().enumerate() {
-        share_eye_seeded(template, seeded, &mut stream, |vector, e, shares| {
+        share_eye_seeded(template, seeded, &mut stream, |vector, first, shares| {
             let at = match vector {
                 Vector::Code => &code_at[eye],
                 Vector::Mask => &mask_at[eye],
             };
-            write_unseeded(out, at, seeded, e, shares);
+            write_unseeded(out, at, seeded, first, shares);
         });
     }
-
-    seal_and_sign_v2(rng, meta, nodes, orb, out, &layout)?;
-    Ok(n)
 }
 
-/// Writes element `e`'s shares of the two parties other than `seeded` at `base[party]`.
+/// Writes the shares of the group starting at element `first` of the two parties other than
+/// `seeded` at `base[party]`.
 fn write_unseeded(
     out: &mut [u8],
     base: &[usize; PARTIES],
     seeded: PartyId,
-    e: usize,
-    shares: &[GaloisRingElement; PARTIES],
+    first: usize,
+    shares: &GroupShares,
 ) {
     for party in PartyId::ALL.into_iter().filter(|&p| p != seeded) {
-        let at = base[party.index()] + 8 * e;
-        for (dst, c) in out[at..at + 8]
-            .chunks_exact_mut(2)
-            .zip(shares[party.index()].0)
-        {
-            dst.copy_from_slice(&c.to_le_bytes());
+        let at = base[party.index()] + 8 * first;
+        let dst = &mut out[at..at + 8 * GROUP_ELEMENTS];
+        for (d, element) in dst.chunks_exact_mut(8).zip(&shares[party.index()]) {
+            for (d, c) in d.chunks_exact_mut(2).zip(element.0) {
+                d.copy_from_slice(&c.to_le_bytes());
+            }
         }
     }
 }
@@ -144,7 +159,15 @@ fn seal_and_sign_v2<R: RngCore + CryptoRng>(
         out[e..e + HYBRID_ENCAPSULATED_KEY_BYTES].copy_from_slice(&encapped);
     }
     let ct = PartyId::ALL.map(|p| ciphertext_len_v2(p, seeded));
-    sign_envelope(out, layout, &header, HYBRID_ENCAPSULATED_KEY_BYTES, ct, orb);
+    sign_envelope(
+        out,
+        layout,
+        &header,
+        HYBRID_ENCAPSULATED_KEY_BYTES,
+        ct,
+        CiphertextBinding::Tag,
+        orb,
+    );
     Ok(())
 }
 

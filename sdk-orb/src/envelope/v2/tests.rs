@@ -164,19 +164,27 @@ fn another_partys_key_and_tampered_bytes_are_refused() {
             "{p}"
         );
     }
-    // A flipped byte in the seeded party's ciphertext: the signature fails, and so does HPKE.
-    let at = {
-        let ct = view.payload(seeded).ciphertext;
-        ct.as_ptr() as usize - bytes.as_ptr() as usize + 5
-    };
-    let mut bad = bytes.clone();
-    bad[at] ^= 1;
-    let view = EnvelopeView::parse_v2(&bad).expect("parses");
-    assert_eq!(view.verify_signature(), Err(EnvelopeError::Signature));
-    assert_eq!(
-        open_payload_v2(&view, seeded, &f.node_keys[seeded.index()]).err(),
-        Some(EnvelopeError::Decryption)
-    );
+    // A flipped byte in a ciphertext: the digest binds the ciphertext through its tag, so the
+    // signature still holds and HPKE refuses it. A flipped tag byte fails both.
+    for (party, tag) in [(seeded, false), (seeded.next(), false), (seeded, true)] {
+        let ct = view.payload(party).ciphertext;
+        let at =
+            ct.as_ptr() as usize - bytes.as_ptr() as usize + if tag { ct.len() - 1 } else { 5 };
+        let mut bad = bytes.clone();
+        bad[at] ^= 1;
+        let view = EnvelopeView::parse_v2(&bad).expect("parses");
+        let signature = if tag {
+            Err(EnvelopeError::Signature)
+        } else {
+            Ok(())
+        };
+        assert_eq!(view.verify_signature(), signature, "{party}, tag {tag}");
+        assert_eq!(
+            open_payload_v2(&view, party, &f.node_keys[party.index()]).err(),
+            Some(EnvelopeError::Decryption),
+            "{party}, tag {tag}"
+        );
+    }
 }
 
 fn payload(party: PartyId, request_id: &RequestId, seed: bool, eyes: bool) -> Vec<u8> {

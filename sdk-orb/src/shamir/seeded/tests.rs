@@ -1,7 +1,10 @@
 use super::*;
 use crate::shamir::tests::chi_squared_bytes;
 use crate::shamir::{code_coefs, mask_coefs, reconstruct, EyeShares};
+use crate::shamir::{share_element, EVALUATION_POINTS};
 use crate::template::{random, IrisBits};
+use crate::{CODE_COEFS, MASK_COEFS};
+use rand_core::SeedableRng as _;
 use std::boxed::Box;
 use std::vec::Vec;
 
@@ -18,7 +21,7 @@ fn share_person(
     ]);
     let mut stream = SeedStream::new(seed);
     for (eye, template) in eyes.into_iter().enumerate() {
-        share_eye_seeded(template, seeded, &mut stream, |vector, e, shares| {
+        share_eye_seeded(template, seeded, &mut stream, |vector, first, shares| {
             for (party, s) in out.iter_mut().zip(shares) {
                 let target: &mut EyeShares = if eye == 0 {
                     &mut party.left
@@ -29,7 +32,10 @@ fn share_person(
                     Vector::Code => &mut target.code.0[..],
                     Vector::Mask => &mut target.mask.0[..],
                 };
-                coefs[4 * e..4 * e + 4].copy_from_slice(&s.0);
+                for (j, element) in s.iter().enumerate() {
+                    let e = first + j;
+                    coefs[4 * e..4 * e + 4].copy_from_slice(&element.0);
+                }
             }
         });
     }
@@ -131,16 +137,32 @@ fn a_seeded_share_that_ignores_the_seed_fails_the_uniformity_test() {
     // structure, and the statistic sees it.
     let a = [1u16, 1, 1, 1];
     for seeded in PartyId::ALL {
-        let inverse_alpha = EVALUATION_POINTS[seeded.index()]
-            .inverse_vartime()
-            .expect("a unit");
         let other = seeded.next();
         let values: Vec<u16> = (0..3200)
             .flat_map(|_| {
-                share_element_seeded(&a, GaloisRingElement::ZERO, inverse_alpha)[other.index()].0
+                share_element_seeded(&a, GaloisRingElement::ZERO, seeded)[other.index()].0
             })
             .collect();
         assert!(chi_squared_bytes(values.into_iter()) > 400.0);
+    }
+}
+
+#[test]
+fn a_seeded_element_is_the_sharing_with_r_from_the_ring_inverse() {
+    // The divisions by x stand for alpha_i^-1; checked against the general product.
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(41);
+    let mut element = || GaloisRingElement::from_le_bytes(&rng.next_u64().to_le_bytes());
+    for seeded in PartyId::ALL {
+        let inverse_alpha = EVALUATION_POINTS[seeded.index()]
+            .inverse_vartime()
+            .expect("a unit");
+        for _ in 0..200 {
+            let (a, y) = (element().0, element());
+            let r = (y - GaloisRingElement::from_basis_a(&a)) * inverse_alpha;
+            let shares = share_element_seeded(&a, y, seeded);
+            assert_eq!(shares, share_element(&a, r), "{seeded}");
+            assert_eq!(shares[seeded.index()], y, "{seeded}");
+        }
     }
 }
 
@@ -163,6 +185,35 @@ fn the_seeded_party_is_the_request_id_mod_3() {
 }
 
 #[test]
+fn the_keystream_is_rand_chachas_chacha20_over_a_whole_person() {
+    use rand_chacha::rand_core::{RngCore as _, SeedableRng as _};
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(42);
+    for _ in 0..4 {
+        let seed = ShareSeed::random(&mut rng);
+        let mut reference = rand_chacha::ChaCha20Rng::from_seed(seed.0);
+        let mut stream = SeedStream::new(&seed);
+        let mut group = [GaloisRingElement::ZERO; GROUP_ELEMENTS];
+        for i in 0..2 * (CODE_COEFS + MASK_COEFS) / 4 / GROUP_ELEMENTS {
+            // Single elements and groups interleaved: one keystream either way.
+            let mut b = [0u8; 8 * GROUP_ELEMENTS];
+            reference.fill_bytes(&mut b);
+            if i % 7 == 3 {
+                group.iter_mut().for_each(|e| *e = stream.next_element());
+            } else {
+                stream.next_group(&mut group);
+            }
+            for (e, want) in group.iter().zip(b.chunks_exact(8)) {
+                assert_eq!(
+                    *e,
+                    GaloisRingElement::from_le_bytes(&want.try_into().expect("8 bytes")),
+                    "{i}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn the_keystream_is_chacha20_with_a_zero_nonce_from_block_zero() {
     // RFC 7539, appendix A.1, test vector 1: all-zero key, nonce and counter.
     let mut stream = SeedStream::new(&ShareSeed([0; SEED_BYTES]));
@@ -172,6 +223,15 @@ fn the_keystream_is_chacha20_with_a_zero_nonce_from_block_zero() {
         GaloisRingElement::from_le_bytes(&expected)
     );
     let expected = [0x40, 0x5d, 0x6a, 0xe5, 0x53, 0x86, 0xbd, 0x28];
+    assert_eq!(
+        stream.next_element(),
+        GaloisRingElement::from_le_bytes(&expected)
+    );
+    // Test vector 2 is block 1 of the same key: the first bytes of the second block.
+    for _ in 2..8 {
+        stream.next_element();
+    }
+    let expected = [0x9f, 0x07, 0xe7, 0xbe, 0x55, 0x51, 0x38, 0x7a];
     assert_eq!(
         stream.next_element(),
         GaloisRingElement::from_le_bytes(&expected)
