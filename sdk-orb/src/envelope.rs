@@ -29,9 +29,9 @@ pub use self::format::*;
 pub use self::open::decode_payload;
 #[cfg(feature = "alloc")]
 pub use self::open::open_payload;
-#[cfg(feature = "measure-steps")]
-pub(crate) use self::parse::write_layout;
 pub use self::parse::{envelope_version, EnvelopeView, SealedPayloadView, Version, V1, V2};
+#[cfg(feature = "measure-steps")]
+pub(crate) use self::parse::{sealed_digest, write_layout};
 #[cfg(feature = "alloc")]
 pub use self::seal::seal_envelope_to_vec;
 pub use self::seal::{encode_payload, hazmat_seal_plaintexts, seal_envelope};

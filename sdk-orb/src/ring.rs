@@ -89,6 +89,18 @@ impl GaloisRingElement {
         }))
     }
 
+    /// Writes the four coefficients as little-endian u16 into `out` (8 bytes), the inverse of
+    /// [`GaloisRingElement::from_le_bytes`]: how shares are serialised.
+    ///
+    /// # Panics
+    /// If `out` is not 8 bytes long.
+    pub fn write_le_bytes(self, out: &mut [u8]) {
+        assert_eq!(out.len(), 8);
+        for (o, c) in out.chunks_exact_mut(2).zip(self.0) {
+            o.copy_from_slice(&c.to_le_bytes());
+        }
+    }
+
     /// Multiplication by `x`, cheaper than a general product: `x^4 = x + 1`.
     pub fn mul_x(self) -> GaloisRingElement {
         let [a0, a1, a2, a3] = self.0;
@@ -248,6 +260,9 @@ mod tests {
             let a = random(&mut rng);
             assert_eq!(a.mul_x(), a * x);
             assert_eq!(a.div_x().mul_x(), a);
+            let mut b = [0u8; 8];
+            a.write_le_bytes(&mut b);
+            assert_eq!(GaloisRingElement::from_le_bytes(&b), a);
             assert_eq!(a.div_x(), a * x.inverse_vartime().expect("x is a unit"));
         }
     }

@@ -341,9 +341,7 @@ pub fn write_element(
 ) {
     for (b, s) in base.iter().zip(shares) {
         let at = b + 8 * element;
-        for (dst, c) in out[at..at + 8].chunks_exact_mut(2).zip(s.0) {
-            dst.copy_from_slice(&c.to_le_bytes());
-        }
+        s.write_le_bytes(&mut out[at..at + 8]);
     }
 }
 

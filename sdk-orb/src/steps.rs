@@ -10,9 +10,8 @@ use rand_core::{CryptoRng, RngCore};
 
 use crate::envelope::v2::envelope_len_v2;
 use crate::envelope::{
-    digest, payload_len, write_envelope_layout, write_layout, write_payload_layout,
-    CiphertextBinding, EnvelopeDigest, EnvelopeError, RequestMeta, ENCAPSULATED_KEY_BYTES,
-    SIGNATURE_BYTES, V2,
+    payload_len, sealed_digest, write_layout, write_payload_layout, EnvelopeDigest, EnvelopeError,
+    RequestMeta, Version, ENCAPSULATED_KEY_BYTES, SIGNATURE_BYTES, V2,
 };
 use crate::keys::{Kem, NodePublicKeys, OrbSigningKey};
 use crate::layout::{CODE_ELEMENTS, MASK_ELEMENTS};
@@ -139,28 +138,18 @@ pub fn aead(
     Ok(out)
 }
 
-/// The envelope digest over the sealed envelope `envelope` (exactly `envelope_len(meta)`).
-pub fn envelope_digest(
+/// The envelope digest of version `V` over the sealed envelope at the start of `envelope`
+/// (its layout is written first, so only the sealed parts need be there).
+pub fn envelope_digest<V: Version>(
     meta: &RequestMeta,
     orb: &OrbSigningKey,
     envelope: &mut [u8],
 ) -> EnvelopeDigest {
+    let envelope = &mut envelope[..V::envelope_len(meta)];
     let orb_key = orb.verifying_key().to_bytes();
-    let layout = write_envelope_layout(envelope, meta, &orb_key);
-    let header = meta.header(&orb_key);
-    let region = |p: usize| {
-        let e = layout.enc[p];
-        let c = layout.ct[p];
-        (
-            &envelope[e..e + ENCAPSULATED_KEY_BYTES],
-            &envelope[c..c + crate::envelope::ciphertext_len(PartyId::ALL[p])],
-        )
-    };
-    digest(
-        &header,
-        [region(0), region(1), region(2)],
-        CiphertextBinding::Whole,
-    )
+    let layout = write_layout::<V>(envelope, meta, &orb_key);
+    let header = V::header(meta, &orb_key);
+    sealed_digest::<V>(envelope, &layout, &meta.request_id, &header)
 }
 
 /// The orb's Ed25519 signature over the digest.
@@ -212,29 +201,4 @@ pub fn keystream_v2(seed: &ShareSeed) -> u16 {
         acc ^= group[0].0[0];
     }
     acc
-}
-
-/// Version 2: the envelope digest over `envelope` (exactly `envelope_len_v2(meta)`, its layout
-/// written): the encapsulated keys and each ciphertext's tag.
-pub fn envelope_digest_v2(
-    meta: &RequestMeta,
-    orb: &OrbSigningKey,
-    envelope: &mut [u8],
-) -> EnvelopeDigest {
-    let orb_key = orb.verifying_key().to_bytes();
-    let layout = write_layout::<V2>(envelope, meta, &orb_key);
-    let seeded = crate::shamir::seeded::seeded_party(&meta.request_id);
-    let region = |p: usize| {
-        let (e, c) = (layout.enc[p], layout.ct[p]);
-        let ct = crate::envelope::v2::ciphertext_len_v2(PartyId::ALL[p], seeded);
-        (
-            &envelope[e..e + crate::envelope::v2::HYBRID_ENCAPSULATED_KEY_BYTES],
-            &envelope[c..c + ct],
-        )
-    };
-    digest(
-        &meta.header_v2(&orb_key),
-        [region(0), region(1), region(2)],
-        CiphertextBinding::Tag,
-    )
 }

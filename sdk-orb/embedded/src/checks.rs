@@ -405,14 +405,10 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             open,
             valid_signature,
         } => {
-            let Some(base) = CASES.iter().find_map(|v| match v.case {
-                Case::EnvelopeBase(b) if v.family == "envelope_rejections" && v.id == *base => {
-                    Some(b)
-                }
+            let base = base_vector("envelope_rejections", *base, |c| match c {
+                Case::EnvelopeBase(b) => Some(*b),
                 _ => None,
-            }) else {
-                fail!("base {base} is not a base vector");
-            };
+            })?;
             patch_into(&mut buf.envelope[..], base.envelope, *length, patches)?;
             let got = stages_in_place(*length, *p, &base.keys, buf)?;
             expect_stages(&got, *parse, *signature, *open)?;
@@ -456,16 +452,10 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
             signature,
             open,
         } => {
-            let Some(base) = CASES.iter().find_map(|v| match v.case {
-                Case::EnvelopeBaseV2(b)
-                    if v.family == "envelope_rejections_v2" && v.id == *base =>
-                {
-                    Some(b)
-                }
+            let base = base_vector("envelope_rejections_v2", *base, |c| match c {
+                Case::EnvelopeBaseV2(b) => Some(*b),
                 _ => None,
-            }) else {
-                fail!("base {base} is not a base vector");
-            };
+            })?;
             patch_into(&mut buf.envelope[..], base.envelope, *length, patches)?;
             let got = stages_v2(*length, *p, &base.node_seeds, buf)?;
             expect_stages(&got, *parse, *signature, *open)
@@ -483,6 +473,18 @@ pub fn run(v: &Vector, buf: &mut Buffers) -> Check {
 }
 
 /// Each acceptance stage's outcome against the vector's.
+/// The base vector `id` of `family` that a rejection case patches, as `pick` takes it.
+fn base_vector<T>(family: &str, id: u32, pick: impl Fn(&Case) -> Option<T>) -> Result<T, Fail> {
+    let found = CASES
+        .iter()
+        .filter(|v| v.family == family && v.id == id)
+        .find_map(|v| pick(&v.case));
+    match found {
+        Some(b) => Ok(b),
+        None => fail!("base {id} is not a base vector"),
+    }
+}
+
 fn expect_stages(
     got: &Stages,
     parse: Option<&str>,

@@ -11,7 +11,7 @@ use poly1305::universal_hash::{KeyInit as _, UniversalHash as _};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng as _;
 use sdk_orb::envelope::v2::payload_len_v2;
-use sdk_orb::envelope::{envelope_len, payload_len, EnvelopeError};
+use sdk_orb::envelope::{payload_len, EnvelopeError, V1, V2};
 use sdk_orb::keys::{NodeHybridPublicKeys, NodeHybridSecretKey};
 use sdk_orb::ring::GaloisRingElement;
 use sdk_orb::shamir::seeded::{seeded_party, ShareSeed};
@@ -36,9 +36,8 @@ pub fn measure(buf: &mut Buffers) -> Check {
         hprintln!("step {} stack bytes: {}", name, counter.last_stack());
     };
 
-    let n = envelope_len(&s.request);
     let (d, insns) =
-        counter.count(|| steps::envelope_digest(&s.request, &orb, &mut buf.envelope[..n]));
+        counter.count(|| steps::envelope_digest::<V1>(&s.request, &orb, &mut buf.envelope[..]));
     report("digest", insns);
     let (sig, insns) = counter.count(|| steps::signature(&orb, &d));
     report("signature", insns);
@@ -117,7 +116,7 @@ pub fn measure(buf: &mut Buffers) -> Check {
     });
     report_v2("v2-payloads", insns, &counter);
     let (d, insns) =
-        counter.count(|| steps::envelope_digest_v2(&s.request, &orb, &mut buf.envelope[..]));
+        counter.count(|| steps::envelope_digest::<V2>(&s.request, &orb, &mut buf.envelope[..]));
     core::hint::black_box(d);
     report_v2("v2-digest", insns, &counter);
     for party in PartyId::ALL {

@@ -331,26 +331,9 @@ pub(crate) struct EnvelopeLayout {
     pub(crate) sig: usize,
 }
 
-/// Writes every envelope field except the encapsulated keys, ciphertexts and signature,
-/// whose places it reserves. `out` is exactly `envelope_len(meta)` long.
-pub(crate) fn write_envelope_layout(
-    out: &mut [u8],
-    meta: &RequestMeta,
-    orb_key: &[u8; KEY_BYTES],
-) -> EnvelopeLayout {
-    let ct = PartyId::ALL.map(ciphertext_len);
-    write_envelope_layout_with(
-        out,
-        meta,
-        orb_key,
-        PROTOCOL_VERSION,
-        ENCAPSULATED_KEY_BYTES,
-        ct,
-    )
-}
-
-/// [`write_envelope_layout`] for envelope `version`, with encapsulated keys of `enc_len`
-/// bytes and ciphertexts of `ct_len[party]` bytes.
+/// Writes every field of an envelope of `version` except the encapsulated keys (`enc_len`
+/// bytes each), ciphertexts (`ct_len[party]` bytes) and signature, whose places it reserves.
+/// `out` is exactly the envelope's length.
 pub(crate) fn write_envelope_layout_with(
     out: &mut [u8],
     meta: &RequestMeta,

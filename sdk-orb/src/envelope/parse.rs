@@ -45,6 +45,25 @@ pub(crate) fn write_layout<V: Version>(
     write_envelope_layout_with(out, meta, orb_key, V::NUMBER, enc, ct)
 }
 
+/// The digest of the sealed version `V` envelope in `out`, whose layout is `layout`, under
+/// `header`: what the orb signs.
+pub(crate) fn sealed_digest<V: Version>(
+    out: &[u8],
+    layout: &EnvelopeLayout,
+    request_id: &RequestId,
+    header: &[u8; HEADER_BYTES],
+) -> EnvelopeDigest {
+    let enc = core::mem::size_of::<V::EncappedKey>();
+    let region = |p: PartyId| {
+        let (e, c) = (layout.enc[p.index()], layout.ct[p.index()]);
+        (
+            &out[e..e + enc],
+            &out[c..c + V::ciphertext_len(p, request_id)],
+        )
+    };
+    digest(header, PartyId::ALL.map(region), V::BINDING)
+}
+
 /// Envelope version 1: X25519 HPKE, every party's shares in its payload.
 #[derive(Clone, Copy, Debug)]
 pub struct V1;

@@ -13,7 +13,7 @@ use crate::template::IrisTemplate;
 use crate::{PartyId, RequestId, PARTIES};
 
 use super::format::*;
-use super::parse::{write_layout, Version, V1};
+use super::parse::{sealed_digest, write_layout, Version, V1};
 
 /// Encodes one party's payload into `out` (exactly `payload_len(party)` bytes).
 ///
@@ -58,7 +58,7 @@ pub fn seal_envelope<R: RngCore + CryptoRng>(
     let n = envelope_len(meta);
     let out = first(out, n)?;
     let orb_key = orb.verifying_key().to_bytes();
-    let layout = write_envelope_layout(out, meta, &orb_key);
+    let layout = write_layout::<V1>(out, meta, &orb_key);
 
     // Payload plaintexts in place, then shares written straight into them.
     let mut code_at = [[0usize; PARTIES]; 2];
@@ -164,35 +164,19 @@ pub(crate) fn seal_and_sign<R: RngCore + CryptoRng>(
         let e = layout.enc[party.index()];
         encapped.write_exact(&mut out[e..e + ENCAPSULATED_KEY_BYTES]);
     }
-    let ct = PartyId::ALL.map(ciphertext_len);
-    sign_envelope(
-        out,
-        layout,
-        &header,
-        ENCAPSULATED_KEY_BYTES,
-        ct,
-        CiphertextBinding::Whole,
-        orb,
-    );
+    sign_envelope::<V1>(out, layout, &meta.request_id, &header, orb);
     Ok(())
 }
 
-/// Signs the digest of the sealed envelope in `out` into its signature field.
-pub(crate) fn sign_envelope(
+/// Signs the digest of the sealed version `V` envelope in `out` into its signature field.
+pub(crate) fn sign_envelope<V: Version>(
     out: &mut [u8],
     layout: &EnvelopeLayout,
+    request_id: &RequestId,
     header: &[u8; HEADER_BYTES],
-    enc_len: usize,
-    ct_len: [usize; PARTIES],
-    binding: CiphertextBinding,
     orb: &OrbSigningKey,
 ) {
-    let region = |p: usize| {
-        let e = layout.enc[p];
-        let c = layout.ct[p];
-        (&out[e..e + enc_len], &out[c..c + ct_len[p]])
-    };
-    let d = digest(header, [region(0), region(1), region(2)], binding);
+    let d = sealed_digest::<V>(out, layout, request_id, header);
     let signature = orb.0.sign(&d.0);
     out[layout.sig..layout.sig + SIGNATURE_BYTES].copy_from_slice(&signature.to_bytes());
 }

@@ -195,10 +195,7 @@ fn chacha20_block(key: &[u32; 8], block: u64, out: &mut [u8]) {
 }
 
 fn element_at(buffer: &[u8; STREAM_BUFFER], at: usize) -> GaloisRingElement {
-    let b = &buffer[at..at + 8];
-    GaloisRingElement(core::array::from_fn(|i| {
-        u16::from_le_bytes([b[2 * i], b[2 * i + 1]])
-    }))
+    GaloisRingElement::from_le_bytes(&buffer.as_chunks::<8>().0[at / 8])
 }
 
 /// The seeded party's shares: the seed's keystream in payload order.

@@ -100,9 +100,7 @@ fn write_unseeded(
         let at = base[party.index()] + 8 * first;
         let dst = &mut out[at..at + 8 * GROUP_ELEMENTS];
         for (d, element) in dst.chunks_exact_mut(8).zip(&shares[party.index()]) {
-            for (d, c) in d.chunks_exact_mut(2).zip(element.0) {
-                d.copy_from_slice(&c.to_le_bytes());
-            }
+            element.write_le_bytes(d);
         }
     }
 }
@@ -158,16 +156,7 @@ fn seal_and_sign_v2<R: RngCore + CryptoRng>(
         let e = layout.enc[party.index()];
         out[e..e + HYBRID_ENCAPSULATED_KEY_BYTES].copy_from_slice(&encapped);
     }
-    let ct = PartyId::ALL.map(|p| ciphertext_len_v2(p, seeded));
-    sign_envelope(
-        out,
-        layout,
-        &header,
-        HYBRID_ENCAPSULATED_KEY_BYTES,
-        ct,
-        CiphertextBinding::Tag,
-        orb,
-    );
+    sign_envelope::<V2>(out, layout, &meta.request_id, &header, orb);
     Ok(())
 }
 
